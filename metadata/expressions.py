@@ -1,0 +1,134 @@
+"""``${...}`` expressions in inputParameters and outputParameters.
+
+Grammar: ``${root.key.key[0].key}`` — a dotted path with array indexes. The
+roots are ``workflow`` (``workflow.input…``, ``workflow.variables…``,
+``workflow.executionId`` and friends), a task reference name
+(``ref.output…``, ``ref.input…``, ``ref.status``), and inside a dynamic fork
+template ``item`` and ``index``. A string that is exactly one expression
+resolves to the value itself (any JSON type); expressions inside a longer
+string are interpolated as text. ``$${`` escapes a literal ``${``.
+
+This module is pure: parsing for validation, resolving for the engine.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+_EXPR = re.compile(r"(?<!\$)\$\{([^{}]*)\}")
+_TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]")
+
+WORKFLOW_FIELDS = frozenset(
+    {"input", "variables", "output", "executionId", "workflowId", "correlationId", "name", "version", "parentExecutionId"}
+)
+TASK_FIELDS = frozenset({"input", "output", "status", "taskId", "reasonForIncompletion", "attempt"})
+LOOP_ROOTS = frozenset({"item", "index"})
+
+Path = tuple[str | int, ...]
+
+
+class ExpressionError(ValueError):
+    pass
+
+
+def parse_path(text: str) -> Path:
+    """``a.b[0].c`` → ("a", "b", 0, "c"); raises ExpressionError."""
+    text = text.strip()
+    if not text:
+        raise ExpressionError("empty expression ${}")
+    parts: list[str | int] = []
+    position = 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None or (position == 0 and match.group(0).startswith(".")):
+            raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
+        if position > 0 and match.group(1) is not None and not match.group(0).startswith("."):
+            raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
+        parts.append(match.group(1) if match.group(1) is not None else int(match.group(2)))
+        position = match.end()
+    if not isinstance(parts[0], str):
+        raise ExpressionError(f"'${{{text}}}' must start with a name")
+    return tuple(parts)
+
+
+def iter_strings(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every string inside a JSON value, with its path (``a.b[2]``)."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from iter_strings(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from iter_strings(item, f"{where}[{index}]")
+
+
+def paths_in(text: str) -> list[Path]:
+    """The parsed path of each expression in one string."""
+    paths = [parse_path(match.group(1)) for match in _EXPR.finditer(text)]
+    if _EXPR.sub("", text).replace("$${", "").count("${"):
+        raise ExpressionError(f"unterminated or nested expression in '{text}'")
+    return paths
+
+
+def check_reference(path: Path, *, refs: frozenset[str], in_template: bool) -> None:
+    """Raise ExpressionError unless ``path`` names something that can exist."""
+    root = path[0]
+    if root == "workflow":
+        if len(path) < 2 or path[1] not in WORKFLOW_FIELDS:
+            raise ExpressionError(
+                f"'workflow' is followed by one of {', '.join(sorted(WORKFLOW_FIELDS))}"
+            )
+    elif root in LOOP_ROOTS:
+        if not in_template:
+            raise ExpressionError(f"'${{{root}}}' exists only inside a FORK_JOIN_DYNAMIC forkTask")
+    elif root in refs:
+        if len(path) < 2 or path[1] not in TASK_FIELDS:
+            raise ExpressionError(f"'{root}' is followed by one of {', '.join(sorted(TASK_FIELDS))}")
+    else:
+        raise ExpressionError(f"'{root}' is not a task reference name in this workflow")
+
+
+# --- resolution (used by the engine) ----------------------------------------
+
+_MISSING = object()
+
+
+def lookup(context: dict[str, Any], path: Path) -> Any:
+    """Walk ``path`` through ``context``; a missing step gives None."""
+    current: Any = context
+    for part in path:
+        if isinstance(part, int):
+            current = current[part] if isinstance(current, list) and -len(current) <= part < len(current) else _MISSING
+        else:
+            current = current.get(part, _MISSING) if isinstance(current, dict) else _MISSING
+        if current is _MISSING:
+            return None
+    return current
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def resolve(value: Any, context: dict[str, Any]) -> Any:
+    """Replace every expression in a JSON value with what it names."""
+    if isinstance(value, str):
+        whole = _EXPR.fullmatch(value)
+        if whole:
+            return lookup(context, parse_path(whole.group(1)))
+        if "${" not in value:
+            return value
+        text = _EXPR.sub(lambda m: _render(lookup(context, parse_path(m.group(1)))), value)
+        return text.replace("$${", "${")
+    if isinstance(value, dict):
+        return {key: resolve(item, context) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve(item, context) for item in value]
+    return value

@@ -1,0 +1,205 @@
+"""Definition routes (SPEC §3–§4). Thin: parse, authorise, call a service, render."""
+from __future__ import annotations
+
+from django.db.models import F
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from metadata import taskdefs, workflows
+from metadata.models import TaskDefinition, WorkflowVersion
+from metadata.serializers import TaskDefinitionSerializer, WorkflowVersionSerializer
+from nodeflow.auth import Scope
+from nodeflow.errors import InvalidField
+from nodeflow.fields import StrictIntegerField, StrictSerializer
+from nodeflow.views import NamespacedView
+
+
+class TaskDefinitionListView(NamespacedView):
+    scopes = {"GET": Scope.TASKDEFS_READ, "POST": Scope.TASKDEFS_WRITE}
+    serializer_class = TaskDefinitionSerializer
+
+    @extend_schema(operation_id="list_task_definitions", summary="List task definitions", responses=TaskDefinitionSerializer(many=True))
+    def get(self, request, ns):
+        rows = TaskDefinition.objects.filter(namespace=self.namespace).order_by("name")
+        return Response(TaskDefinitionSerializer(rows, many=True).data)
+
+    @extend_schema(
+        summary="Create or replace a task definition",
+        description="201 when created, 200 when an existing definition was replaced (omitted fields reset to defaults).",
+        request=TaskDefinitionSerializer,
+        responses={200: TaskDefinitionSerializer, 201: TaskDefinitionSerializer},
+    )
+    def post(self, request, ns):
+        serializer = TaskDefinitionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row, created = taskdefs.upsert_task_definition(namespace=self.namespace, values=serializer.validated_data)
+        return Response(
+            TaskDefinitionSerializer(row).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+
+class TaskDefinitionDetailView(NamespacedView):
+    scopes = {"GET": Scope.TASKDEFS_READ, "PATCH": Scope.TASKDEFS_WRITE, "DELETE": Scope.TASKDEFS_WRITE}
+    serializer_class = TaskDefinitionSerializer
+
+    @extend_schema(summary="One task definition, every field with its effective value", responses=TaskDefinitionSerializer)
+    def get(self, request, ns, name):
+        row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
+        return Response(TaskDefinitionSerializer(row).data)
+
+    @extend_schema(summary="Change some fields of a task definition", request=TaskDefinitionSerializer, responses=TaskDefinitionSerializer)
+    def patch(self, request, ns, name):
+        row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
+        serializer = TaskDefinitionSerializer(row, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        if serializer.validated_data.get("name", name) != name:
+            raise InvalidField("name", "cannot be changed; create a new definition instead")
+        row = taskdefs.patch_task_definition(namespace=self.namespace, name=name, values=serializer.validated_data)
+        return Response(TaskDefinitionSerializer(row).data)
+
+    @extend_schema(summary="Delete a task definition", responses={204: None})
+    def delete(self, request, ns, name):
+        taskdefs.delete_task_definition(namespace=self.namespace, name=name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _version_body(row: WorkflowVersion) -> dict:
+    return WorkflowVersionSerializer(row).data
+
+
+WORKFLOW_FIELDS = {
+        "name": serializers.CharField(),
+        "version": serializers.IntegerField(read_only=True),
+        "published": serializers.BooleanField(read_only=True),
+        "description": serializers.CharField(required=False),
+        "tasks": serializers.ListField(child=serializers.DictField()),
+        "inputParameters": serializers.ListField(child=serializers.CharField(), required=False),
+        "outputParameters": serializers.DictField(required=False),
+        "failureWorkflow": serializers.CharField(required=False, allow_null=True),
+        "timeoutSeconds": serializers.FloatField(required=False),
+        "timeoutPolicy": serializers.ChoiceField(["TIME_OUT_WF", "ALERT_ONLY"], required=False),
+        "maxConcurrentTasks": serializers.IntegerField(required=False),
+        "maxConcurrentExecutions": serializers.IntegerField(required=False),
+        "rateLimitConfig": serializers.DictField(required=False, allow_null=True),
+        "variables": serializers.DictField(required=False),
+        "createdAt": serializers.DateTimeField(read_only=True),
+        "publishedAt": serializers.DateTimeField(read_only=True, allow_null=True),
+}
+WORKFLOW_BODY = inline_serializer("WorkflowDefinition", fields=WORKFLOW_FIELDS)
+VERSION_SUMMARY = inline_serializer(
+    "WorkflowVersionSummary",
+    many=True,
+    fields={
+        "version": serializers.IntegerField(),
+        "published": serializers.BooleanField(),
+        "description": serializers.CharField(),
+        "createdAt": serializers.DateTimeField(),
+        "publishedAt": serializers.DateTimeField(allow_null=True),
+    },
+)
+
+
+class VersionChoiceSerializer(StrictSerializer):
+    version = StrictIntegerField(min_value=1, required=False)
+
+
+class WorkflowDefinitionListView(NamespacedView):
+    scopes = {"GET": Scope.WORKFLOWS_READ, "POST": Scope.WORKFLOWS_WRITE}
+
+    @extend_schema(
+        operation_id="list_workflow_definitions",
+        summary="List workflow definitions (their published versions)",
+        responses=inline_serializer("WorkflowDefinitionList", many=True, fields=WORKFLOW_FIELDS),
+    )
+    def get(self, request, ns):
+        rows = WorkflowVersion.objects.select_related("definition").filter(
+            definition__namespace=self.namespace, definition__published_version=F("version")
+        ).order_by("definition__name")
+        return Response([_version_body(row) for row in rows])
+
+    @extend_schema(
+        summary="Register a new version of a workflow definition",
+        description="JSON, or YAML with content-type application/yaml. The first version of a name is "
+        "published at once; later versions are drafts until published.",
+        request={"application/json": WORKFLOW_BODY, "application/yaml": WORKFLOW_BODY},
+        responses={201: WORKFLOW_BODY},
+    )
+    def post(self, request, ns):
+        row = workflows.register_workflow(namespace=self.namespace, body=request.data)
+        return Response(_version_body(row), status=status.HTTP_201_CREATED)
+
+
+class WorkflowDefinitionDetailView(NamespacedView):
+    scopes = {"GET": Scope.WORKFLOWS_READ, "DELETE": Scope.WORKFLOWS_WRITE}
+
+    @extend_schema(summary="The published version of a workflow definition", responses=WORKFLOW_BODY)
+    def get(self, request, ns, name):
+        return Response(_version_body(workflows.get_version(namespace=self.namespace, name=name)))
+
+    @extend_schema(summary="Delete a workflow definition and all its versions", responses={204: None})
+    def delete(self, request, ns, name):
+        workflows.delete_workflow(namespace=self.namespace, name=name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class WorkflowVersionListView(NamespacedView):
+    scopes = {"GET": Scope.WORKFLOWS_READ}
+
+    @extend_schema(summary="Every version of a workflow definition", responses=VERSION_SUMMARY)
+    def get(self, request, ns, name):
+        definition = workflows.get_definition(namespace=self.namespace, name=name)
+        rows = definition.versions.order_by("version")
+        return Response(
+            [
+                {
+                    "version": row.version,
+                    "published": row.version == definition.published_version,
+                    "description": row.body.get("description", ""),
+                    "createdAt": serializers.DateTimeField().to_representation(row.created_at),
+                    "publishedAt": serializers.DateTimeField().to_representation(row.published_at)
+                    if row.published_at
+                    else None,
+                }
+                for row in rows
+            ]
+        )
+
+
+class WorkflowVersionDetailView(NamespacedView):
+    scopes = {"GET": Scope.WORKFLOWS_READ}
+
+    @extend_schema(summary="One version of a workflow definition", responses=WORKFLOW_BODY)
+    def get(self, request, ns, name, version):
+        return Response(_version_body(workflows.get_version(namespace=self.namespace, name=name, version=version)))
+
+
+class WorkflowPublishView(NamespacedView):
+    scopes = {"POST": Scope.WORKFLOWS_WRITE}
+
+    @extend_schema(
+        summary="Publish a version (default: the latest), baking its sub-workflows",
+        request=VersionChoiceSerializer,
+        responses=WORKFLOW_BODY,
+    )
+    def post(self, request, ns, name):
+        choice = VersionChoiceSerializer(data=request.data or {})
+        choice.is_valid(raise_exception=True)
+        row = workflows.publish_workflow(namespace=self.namespace, name=name, version=choice.validated_data.get("version"))
+        return Response(_version_body(row))
+
+
+class WorkflowRollbackView(NamespacedView):
+    scopes = {"POST": Scope.WORKFLOWS_WRITE}
+
+    @extend_schema(
+        summary="Re-publish an earlier version with the snapshot it was baked with",
+        description="Default: the newest previously published version below the current one.",
+        request=VersionChoiceSerializer,
+        responses=WORKFLOW_BODY,
+    )
+    def post(self, request, ns, name):
+        choice = VersionChoiceSerializer(data=request.data or {})
+        choice.is_valid(raise_exception=True)
+        row = workflows.rollback_workflow(namespace=self.namespace, name=name, version=choice.validated_data.get("version"))
+        return Response(_version_body(row))

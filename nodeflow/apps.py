@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class NodeflowConfig(AppConfig):
+    name = "nodeflow"
+    verbose_name = "Node Flow: namespaces and API keys"
+
+    def ready(self) -> None:
+        from nodeflow import schema  # noqa: F401 - registers the schema extensions

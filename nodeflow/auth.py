@@ -1,0 +1,122 @@
+"""Authentication and authorisation for the API.
+
+Keys arrive in the ``x-api-key`` header. A key belongs to one namespace (or to
+all) and carries a role; each role grants a set of scopes, and each view says
+which scope every HTTP method needs. Missing or unknown key: 401. Wrong
+namespace or a role without the scope: 403.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rest_framework import authentication, exceptions, permissions
+
+from nodeflow.keys import resolve_api_key
+from nodeflow.models import Role
+
+API_KEY_HEADER = "x-api-key"
+
+
+class Scope(StrEnum):
+    TASKDEFS_READ = "taskdefs:read"
+    TASKDEFS_WRITE = "taskdefs:write"
+    WORKFLOWS_READ = "workflows:read"
+    WORKFLOWS_WRITE = "workflows:write"
+    EXECUTIONS_READ = "executions:read"
+    EXECUTIONS_WRITE = "executions:write"
+    HUMAN_TASKS = "human:write"
+    TASKS_WORK = "tasks:work"
+    CONTROLS_READ = "controls:read"
+    CONTROLS_WRITE = "controls:write"
+    QUOTAS = "quotas"
+
+
+ROLE_SCOPES: dict[str, frozenset[Scope]] = {
+    Role.ADMIN: frozenset(Scope),
+    Role.DEVELOPER: frozenset(
+        {
+            Scope.TASKDEFS_READ,
+            Scope.TASKDEFS_WRITE,
+            Scope.WORKFLOWS_READ,
+            Scope.WORKFLOWS_WRITE,
+            Scope.EXECUTIONS_READ,
+            Scope.EXECUTIONS_WRITE,
+            Scope.HUMAN_TASKS,
+            Scope.CONTROLS_READ,
+        }
+    ),
+    Role.WORKER: frozenset({Scope.TASKDEFS_READ, Scope.TASKS_WORK}),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a role, and a namespace (None for every namespace)."""
+
+    role: str
+    namespace: str | None
+    label: str
+    key_id: int | None = None
+
+    is_authenticated = True
+
+    def may_use(self, namespace: str) -> bool:
+        return self.namespace is None or self.namespace == namespace
+
+    def has_scope(self, scope: Scope) -> bool:
+        return scope in ROLE_SCOPES.get(self.role, frozenset())
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request):
+        raw = request.headers.get(API_KEY_HEADER)
+        if raw is None:
+            return None
+        key = resolve_api_key(raw.strip())
+        if key is None:
+            raise exceptions.AuthenticationFailed("unknown or revoked API key")
+        namespace = key.namespace.name if key.namespace_id else None
+        return Principal(role=key.role, namespace=namespace, label=f"key {key.prefix}", key_id=key.pk), key
+
+    def authenticate_header(self, request) -> str:
+        # Makes DRF answer 401 (not 403) when no credentials were given.
+        return API_KEY_HEADER
+
+
+class StaffSessionAuthentication(authentication.SessionAuthentication):
+    """A logged-in staff user (Django admin) acts as an admin of every namespace,
+    which is what makes the browsable API usable from a browser."""
+
+    def authenticate(self, request):
+        result = super().authenticate(request)
+        if result is None:
+            return None
+        user, _ = result
+        if not user.is_staff:
+            return None
+        return Principal(role=Role.ADMIN, namespace=None, label=f"staff {user.get_username()}"), None
+
+
+class HasScope(permissions.BasePermission):
+    """Checks the principal against the view's ``scopes`` (method → Scope) and
+    the URL's ``ns``. A view without ``scopes`` is open (health, schema)."""
+
+    message = "this API key may not do that"
+
+    def has_permission(self, request, view) -> bool:
+        scopes: dict[str, Scope] | None = getattr(view, "scopes", None)
+        if scopes is None:
+            return True
+        principal = request.user
+        if not isinstance(principal, Principal):
+            raise exceptions.NotAuthenticated(f"send an API key in the {API_KEY_HEADER} header")
+        namespace = view.kwargs.get("ns")
+        if namespace is not None and not principal.may_use(namespace):
+            raise exceptions.PermissionDenied(f"this API key is not valid for namespace '{namespace}'")
+        scope = scopes.get(request.method) or scopes.get("*")
+        if request.method in ("HEAD", "OPTIONS"):
+            scope = scopes.get("GET", scope)
+        if scope is None or not principal.has_scope(scope):
+            raise exceptions.PermissionDenied(f"role '{principal.role}' may not {request.method} here")
+        return True

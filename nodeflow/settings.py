@@ -1,0 +1,170 @@
+"""Settings, read from the environment (django-environ).
+
+Every variable is documented in the README's configuration table. A ``.env``
+file at the project root is read when present; the real environment wins.
+"""
+import json
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+if (BASE_DIR / ".env").is_file():
+    environ.Env.read_env(BASE_DIR / ".env")
+
+# The development key only ever signs sessions of a local admin; production
+# must set SECRET_KEY (``manage.py nodeflow_check`` says so).
+SECRET_KEY = env("SECRET_KEY", default="nodeflow-insecure-development-key-change-me")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "nodeflow",
+    "metadata",
+    "executions",
+    "quotas",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "nodeflow.urls"
+WSGI_APPLICATION = "nodeflow.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------
+# Unset DATABASE_URL: an embedded SQLite file under var/. SQLite serialises
+# writers, so every transaction begins IMMEDIATE (takes the write lock up
+# front instead of failing to upgrade a read lock) and waits on a busy lock.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+DEFAULT_SQLITE_PATH = VAR_DIR / "nodeflow.sqlite3"
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DEFAULT_SQLITE_PATH}")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    _name = DATABASES["default"]["NAME"]
+    if _name and _name != ":memory:":
+        Path(_name).parent.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": SQLITE_BUSY_TIMEOUT_S,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # Tests on SQLite use a file, so that several processes can share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_nodeflow.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- API ----------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "nodeflow.auth.ApiKeyAuthentication",
+        "nodeflow.auth.StaffSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["nodeflow.auth.HasScope"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "nodeflow.parsers.YAMLParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "EXCEPTION_HANDLER": "nodeflow.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Node Flow API",
+    "DESCRIPTION": "Durable workflow orchestration: definitions, executions, workers and execution controls.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Largest request body accepted (bytes); larger bodies get 413.
+NODE_FLOW_MAX_BODY_BYTES = env.int("NODE_FLOW_MAX_BODY_BYTES", default=1_048_576)
+DATA_UPLOAD_MAX_MEMORY_SIZE = NODE_FLOW_MAX_BODY_BYTES
+
+# --- Engine -------------------------------------------------------------------
+NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)
+
+
+def _circuit_breaker_config(raw: str) -> dict:
+    try:
+        value = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise ImproperlyConfigured(f"NODE_FLOW_CIRCUIT_BREAKER is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured("NODE_FLOW_CIRCUIT_BREAKER must be a JSON object")
+    return value
+
+
+NODE_FLOW_CIRCUIT_BREAKER = _circuit_breaker_config(env("NODE_FLOW_CIRCUIT_BREAKER", default=""))
+
+# --- Celery -------------------------------------------------------------------
+# Optional. Unset: system tasks and sweeps run in the nodeflow_* roles.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,19 @@
+"""Routes. The API lives under ``/v1/ns/{ns}/``; see SPEC.md."""
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from nodeflow.views import HealthView
+
+urlpatterns = [
+    path("healthz", HealthView.as_view(), name="healthz"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("admin/", admin.site.urls),
+    path("api-auth/", include("rest_framework.urls")),
+    path("v1/ns/<str:ns>/metadata/", include("metadata.urls")),
+]
+
+handler400 = "nodeflow.errors.handler400"
+handler404 = "nodeflow.errors.handler404"
+handler500 = "nodeflow.errors.handler500"

@@ -1,0 +1,45 @@
+"""Shared view bases and the service endpoints (health)."""
+from __future__ import annotations
+
+from django.db import connection
+from django.utils.functional import cached_property
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from nodeflow.errors import NotFound
+from nodeflow.models import Namespace
+
+
+class NamespacedView(APIView):
+    """A view under ``/v1/ns/{ns}/``. Subclasses set ``scopes`` (method → Scope);
+    the permission check runs before ``namespace`` is ever looked up, so a key
+    for another namespace learns nothing about this one."""
+
+    scopes: dict = {}
+
+    @cached_property
+    def namespace(self) -> Namespace:
+        name = self.kwargs["ns"]
+        found = Namespace.objects.filter(name=name).first()
+        if found is None:
+            raise NotFound(f"namespace '{name}' does not exist")
+        return found
+
+
+class HealthView(APIView):
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    @extend_schema(
+        summary="Liveness and database check",
+        responses=inline_serializer("Health", {"status": serializers.CharField(), "database": serializers.CharField()}),
+    )
+    def get(self, request):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return Response({"status": "ok", "database": "ok"})
+        except Exception as exc:  # noqa: BLE001 - health reports, never raises
+            return Response({"status": "unavailable", "database": str(exc)}, status=503)

@@ -1,0 +1,83 @@
+"""Shared fixtures: namespaces, keys of each role, and an API client."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from nodeflow import clock
+from nodeflow.keys import create_api_key
+
+
+@pytest.fixture(autouse=True)
+def _reset_clock():
+    clock.reset()
+    yield
+    clock.reset()
+
+
+@pytest.fixture
+def make_key(db) -> Callable[..., str]:
+    """make_key(role, namespace="default") → a raw key (namespace None: all)."""
+
+    def make(role: str = "admin", namespace: str | None = "default") -> str:
+        return create_api_key(role=role, namespace=namespace)[1]
+
+    return make
+
+
+class Api:
+    """A thin JSON client bound to one key and namespace."""
+
+    def __init__(self, key: str | None, namespace: str = "default") -> None:
+        self.client = APIClient()
+        self.key = key
+        self.namespace = namespace
+
+    def url(self, path: str) -> str:
+        return path if path.startswith("/") else f"/v1/ns/{self.namespace}/{path}"
+
+    def call(self, method: str, path: str, body=None, *, content_type="application/json", raw: str | None = None):
+        headers = {"HTTP_X_API_KEY": self.key} if self.key else {}
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        kwargs = {"data": data, "content_type": content_type} if data is not None else {}
+        return getattr(self.client, method.lower())(self.url(path), **kwargs, **headers)
+
+    def get(self, path: str):
+        return self.call("GET", path)
+
+    def post(self, path: str, body=None, **kwargs):
+        return self.call("POST", path, body if body is not None else {}, **kwargs)
+
+    def put(self, path: str, body=None, **kwargs):
+        return self.call("PUT", path, body, **kwargs)
+
+    def patch(self, path: str, body=None, **kwargs):
+        return self.call("PATCH", path, body, **kwargs)
+
+    def delete(self, path: str):
+        return self.call("DELETE", path)
+
+
+@pytest.fixture
+def api(make_key) -> Api:
+    """An admin of namespace "default"."""
+    return Api(make_key("admin"))
+
+
+@pytest.fixture
+def api_for(make_key) -> Callable[..., Api]:
+    """api_for(role, namespace="default") → an Api with a fresh key."""
+
+    def make(role: str = "admin", namespace: str | None = "default", *, url_namespace: str | None = None) -> Api:
+        return Api(make_key(role, namespace), url_namespace or namespace or "default")
+
+    return make
+
+
+@pytest.fixture
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
