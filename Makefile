@@ -1,0 +1,42 @@
+# Node Flow. `make run` starts the server on the embedded SQLite default;
+# `make test` runs the suite (on PostgreSQL too when DATABASE_URL points at it).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ADDR ?= 127.0.0.1:8000
+PYTEST_ARGS ?=
+
+.PHONY: run test test-sqlite test-postgres venv migrate bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || $$(scripts/find-python) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+migrate: venv
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(PY) manage.py nodeflow_bootstrap
+	$(PY) manage.py nodeflow_run --addr $(ADDR)
+
+# The whole suite on PostgreSQL (when DATABASE_URL is a postgres URL), then on SQLite.
+test: venv
+	@case "$${DATABASE_URL:-}" in postgres*) $(MAKE) --no-print-directory test-postgres ;; esac
+	@$(MAKE) --no-print-directory test-sqlite
+
+test-postgres: venv
+	@echo "== tests on PostgreSQL ($${DATABASE_URL})"
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-sqlite: venv
+	@echo "== tests on SQLite"
+	env -u DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) manage.py nodeflow_bench
+
+clean:
+	rm -rf $(VENV) var/*.sqlite3*

@@ -1,0 +1,66 @@
+"""The one loop skeleton every long-running role uses.
+
+A role implements ``tick()``: claim and do one small unit of work, and say
+whether it found any. The loop calls ``tick`` back to back while there is
+work, waits ``idle_wait_s`` (or until woken) when there is none, logs an
+error per tick instead of dying, and stops promptly when its stop event is
+set (SIGTERM/SIGINT in a command; the process's stop in ``nodeflow_run``).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import close_old_connections, connection
+
+log = logging.getLogger("nodeflow.roles")
+
+
+class Role:
+    name = "role"
+    idle_wait_s = 1.0
+    error_wait_s = 1.0
+
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self.stop = stop or threading.Event()
+        self.wake = threading.Event()
+
+    def tick(self) -> bool:
+        """Do one unit of work; True if there was work (so tick again at once)."""
+        raise NotImplementedError
+
+    def run(self) -> None:
+        log.info("%s started", self.name)
+        try:
+            while not self.stop.is_set():
+                self._wait(self._safe_tick())
+        finally:
+            connection.close()
+            log.info("%s stopped", self.name)
+
+    def run_once(self) -> int:
+        """Tick until there is no work left; returns how many ticks found work."""
+        count = 0
+        while self.tick():
+            count += 1
+        return count
+
+    def _safe_tick(self) -> float:
+        close_old_connections()
+        try:
+            return 0.0 if self.tick() else self.idle_wait_s
+        except Exception:  # noqa: BLE001 - one bad unit must not stop the role
+            log.exception("%s: tick failed", self.name)
+            connection.close()  # the connection may be broken (e.g. the database restarted)
+            return self.error_wait_s
+
+    def _wait(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        # Either event ends the wait: stop for shutdown, wake for new work.
+        self.wake.wait(seconds) if not self.stop.is_set() else None
+        self.wake.clear()
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        self.wake.set()
