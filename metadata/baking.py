@@ -24,16 +24,28 @@ def snapshot_key(name: str, version: int) -> str:
 def bake(*, name: str, version: int, body: dict, resolve: Resolver) -> dict:
     """The snapshot body for ``name@version``: ``{"root", "workflows"}``."""
     workflows: dict[str, dict] = {}
-    _visit(name, version, body, depth=0, chain=(name,), resolve=resolve, workflows=workflows)
+    _visit(name, version, body, depth=0, chain=(name,), resolve=resolve, workflows=workflows, seen={})
     return {"root": snapshot_key(name, version), "workflows": workflows}
 
 
 def _visit(
-    name: str, version: int, body: dict, *, depth: int, chain: tuple[str, ...], resolve: Resolver, workflows: dict
+    name: str,
+    version: int,
+    body: dict,
+    *,
+    depth: int,
+    chain: tuple[str, ...],
+    resolve: Resolver,
+    workflows: dict,
+    seen: dict[str, int],
 ) -> None:
+    """``seen`` maps a key to the deepest depth it was checked at. A workflow
+    reached again deeper than before is walked again: its children's depth
+    limit is stricter on this path."""
     key = snapshot_key(name, version)
-    if key in workflows:
+    if seen.get(key, -1) >= depth:
         return
+    seen[key] = depth
     pinned = copy.deepcopy(body)
     pinned["name"], pinned["version"] = name, version
     workflows[key] = pinned
@@ -43,7 +55,10 @@ def _visit(
         child_version, child_body = _child(task, where, depth=depth, chain=chain, resolve=resolve)
         task["subWorkflowParam"]["version"] = child_version
         child = task["subWorkflowParam"]["name"]
-        _visit(child, child_version, child_body, depth=depth + 1, chain=(*chain, child), resolve=resolve, workflows=workflows)
+        _visit(
+            child, child_version, child_body,
+            depth=depth + 1, chain=(*chain, child), resolve=resolve, workflows=workflows, seen=seen,
+        )
 
 
 def _child(task: dict, where: str, *, depth: int, chain: tuple[str, ...], resolve: Resolver) -> tuple[int, dict]:

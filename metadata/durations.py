@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Any
 
@@ -12,6 +13,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 def parse_duration(value: Any) -> float:
     """Seconds in ``value``; raises ValueError naming the accepted forms."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):  # NaN passes every comparison, so say it first
+            raise ValueError("must be a finite number of seconds")
         if value < 0:
             raise ValueError("must not be negative")
         return float(value)

@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 _EXPR = re.compile(r"(?<!\$)\$\{([^{}]*)\}")
+# An escape or an expression, found in one pass so that a resolved value's own
+# "$${" is never un-escaped.
+_ESCAPE_OR_EXPR = re.compile(r"\$\$\{|(?<!\$)\$\{([^{}]*)\}")
 _TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]")
 
 WORKFLOW_FIELDS = frozenset(
@@ -109,12 +112,25 @@ def lookup(context: dict[str, Any], path: Path) -> Any:
     return current
 
 
+def case_key(value: Any) -> str:
+    """The SWITCH case a value selects: strings as they are, anything else as
+    JSON (``true``, ``3``, ``null``), so YAML's ``true:`` and a JSON ``true``
+    pick the same case."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
 def _render(value: Any) -> str:
     if isinstance(value, str):
         return value
     if value is None:
         return ""
     return json.dumps(value, separators=(",", ":"))
+
+
+def _substitute(match: re.Match, context: dict[str, Any]) -> str:
+    if match.group(0) == "$${":
+        return "${"
+    return _render(lookup(context, parse_path(match.group(1))))
 
 
 def resolve(value: Any, context: dict[str, Any]) -> Any:
@@ -125,8 +141,7 @@ def resolve(value: Any, context: dict[str, Any]) -> Any:
             return lookup(context, parse_path(whole.group(1)))
         if "${" not in value:
             return value
-        text = _EXPR.sub(lambda m: _render(lookup(context, parse_path(m.group(1)))), value)
-        return text.replace("$${", "${")
+        return _ESCAPE_OR_EXPR.sub(lambda match: _substitute(match, context), value)
     if isinstance(value, dict):
         return {key: resolve(item, context) for key, item in value.items()}
     if isinstance(value, list):

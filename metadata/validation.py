@@ -8,17 +8,19 @@ call depth) live in ``metadata.baking``.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from metadata import durations, task_types
-from metadata.expressions import ExpressionError, check_reference, iter_strings, paths_in
+from metadata.expressions import ExpressionError, case_key, check_reference, iter_strings, paths_in
 from metadata.tree import walk_tasks
 from metadata.serializers import POLICY_FIELDS, RetryTimeoutPolicySerializer
 from nodeflow.errors import InvalidField, flatten_errors
 from nodeflow.fields import MAX_DURATION_S, is_name
 
-REF_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
+# Used with fullmatch: "$" alone would also accept a trailing newline ("a\n").
+REF_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")
 RESERVED_REFS = frozenset({"workflow", "item", "index"})
 WORKFLOW_FIELDS = frozenset(
     {
@@ -58,18 +60,23 @@ class _Walker:
         self.template_refs: set[str] = set()
 
     # --- pass 1: structure ------------------------------------------------
-    def tasks(self, tasks: Any, where: str, depth: int, in_template: bool = False) -> list[dict]:
+    def tasks(
+        self, tasks: Any, where: str, depth: int, in_template: bool = False, owner: str | None = None
+    ) -> list[dict]:
+        """``owner`` is the reference name of the task holding this list (None at the top)."""
         if not isinstance(tasks, list) or not tasks:
-            raise DefinitionError(where, "must be a non-empty list of tasks")
+            raise DefinitionError(where, "must be a non-empty list of tasks", owner)
         return [self.task(task, f"{where}[{index}]", depth, in_template) for index, task in enumerate(tasks)]
 
     def task(self, task: Any, where: str, depth: int, in_template: bool) -> dict:
         if not isinstance(task, dict):
             raise DefinitionError(where, "must be a JSON object")
-        if depth > task_types.MAX_NESTING_DEPTH:
-            raise DefinitionError(where, f"structural nesting depth exceeds {task_types.MAX_NESTING_DEPTH}")
         ref = task.get("taskReferenceName")
-        if not isinstance(ref, str) or not REF_PATTERN.match(ref) or ref in RESERVED_REFS:
+        if depth > task_types.MAX_NESTING_DEPTH:
+            # Named by its reference when it has one, so the author can find it.
+            named = ref if isinstance(ref, str) and REF_PATTERN.fullmatch(ref) else None
+            raise DefinitionError(where, f"structural nesting depth exceeds {task_types.MAX_NESTING_DEPTH}", named)
+        if not isinstance(ref, str) or not REF_PATTERN.fullmatch(ref) or ref in RESERVED_REFS:
             raise DefinitionError(
                 f"{where}.taskReferenceName",
                 "required: a letter or _ then letters, digits, _ or - (not workflow, item or index)",
@@ -102,6 +109,7 @@ class _Walker:
         inputs = task.get("inputParameters", {})
         if not isinstance(inputs, dict):
             raise DefinitionError(f"{where}.inputParameters", "must be a JSON object", ref)
+        _check_json(inputs, f"{where}.inputParameters", ref)
         optional = task.get("optional", False)
         if not isinstance(optional, bool):
             raise DefinitionError(f"{where}.optional", "must be true or false", ref)
@@ -143,23 +151,23 @@ class _Walker:
         if not isinstance(cases, dict):
             raise DefinitionError(f"{where}.decisionCases", "must be an object of case → list of tasks", ref)
         out.update(evaluatorType=evaluator, expression=expression, decisionCases={
-            str(case): self._branch(branch, f"{where}.decisionCases.{case}", depth + 1, in_template)
+            case_key(case): self._branch(branch, f"{where}.decisionCases.{case}", depth + 1, in_template, ref)
             for case, branch in cases.items()
         })
-        out["defaultCase"] = self._branch(task.get("defaultCase", []), f"{where}.defaultCase", depth + 1, in_template)
+        out["defaultCase"] = self._branch(task.get("defaultCase", []), f"{where}.defaultCase", depth + 1, in_template, ref)
 
-    def _branch(self, tasks: Any, where: str, depth: int, in_template: bool) -> list[dict]:
+    def _branch(self, tasks: Any, where: str, depth: int, in_template: bool, owner: str) -> list[dict]:
         """A SWITCH branch may be empty; every other task list may not."""
         if tasks == []:
             return []
-        return self.tasks(tasks, where, depth, in_template)
+        return self.tasks(tasks, where, depth, in_template, owner)
 
     def _type_fork_join(self, task, out, where, ref, depth, in_template) -> None:
         branches = task.get("forkTasks")
         if not isinstance(branches, list) or not branches:
             raise DefinitionError(f"{where}.forkTasks", "required: a non-empty list of branches (lists of tasks)", ref)
         out["forkTasks"] = [
-            self.tasks(branch, f"{where}.forkTasks[{index}]", depth + 1, in_template)
+            self.tasks(branch, f"{where}.forkTasks[{index}]", depth + 1, in_template, ref)
             for index, branch in enumerate(branches)
         ]
         if "maxConcurrency" in task:
@@ -194,7 +202,7 @@ class _Walker:
         out.update(
             loopCondition=condition,
             maxIterations=task["maxIterations"],
-            loopOver=self.tasks(task.get("loopOver"), f"{where}.loopOver", depth + 1, in_template),
+            loopOver=self.tasks(task.get("loopOver"), f"{where}.loopOver", depth + 1, in_template, ref),
         )
 
     def _type_sub_workflow(self, task, out, where, ref, depth, in_template) -> None:
@@ -258,6 +266,11 @@ class _Walker:
         if not isinstance(inputs["expression"], str) or not inputs["expression"].strip():
             raise DefinitionError(f"{where}.expression", "required: a javascript expression", ref)
 
+    def _inputs_json_jq_transform(self, inputs: dict, where: str, ref: str) -> None:
+        query = inputs["queryExpression"]
+        if not isinstance(query, str) or not query.strip():
+            raise DefinitionError(f"{where}.queryExpression", "required: a jq program such as .a", ref)
+
     def _inputs_wait_for_webhook(self, inputs: dict, where: str, ref: str) -> None:
         if not isinstance(inputs["matches"], dict):
             raise DefinitionError(f"{where}.matches", 'must be an object like {"$.path": value}', ref)
@@ -306,8 +319,43 @@ def normalize_workflow(body: Any) -> dict:
     out.update(_workflow_settings(body))
     walker.check_expressions(out["outputParameters"], "outputParameters", None, False)
     if out["rateLimitConfig"]:
-        walker.check_expressions(out["rateLimitConfig"]["rateLimitKey"], "rateLimitConfig.rateLimitKey", None, False)
+        _check_admission_key(out["rateLimitConfig"]["rateLimitKey"])
+    _check_json(out, "")
     return out
+
+
+def _check_admission_key(key: str) -> None:
+    """The admission key is resolved before any task has run, so it may only
+    read the workflow itself (its input, variables, correlation id…)."""
+    field = "rateLimitConfig.rateLimitKey"
+    try:
+        for path in paths_in(key):
+            if path[0] != "workflow":
+                raise ExpressionError("may only read ${workflow.…}: no task has run when a start is admitted")
+            check_reference(path, refs=frozenset(), in_template=False)
+    except ExpressionError as exc:
+        raise DefinitionError(field, str(exc)) from exc
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_json(value: Any, where: str, ref: str | None = None) -> None:
+    """Refuse what a JSON column cannot hold. A YAML body can carry dates,
+    timestamps, sets and .nan; storing them would fail (PostgreSQL refuses NaN)
+    with a 500 instead of a 400 naming the field."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, _JSON_SCALARS):
+                raise DefinitionError(where or "body", f"key {key!r} is not a string (in YAML, quote it)", ref)
+            _check_json(item, f"{where}.{key}" if where else str(key), ref)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]", ref)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise DefinitionError(where, "must be a finite number", ref)
+    elif not isinstance(value, _JSON_SCALARS):
+        raise DefinitionError(where, "is not a JSON value (in YAML, quote dates and times)", ref)
 
 
 def _string(body: dict, key: str) -> str:
