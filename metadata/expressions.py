@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 _EXPR = re.compile(r"(?<!\$)\$\{([^{}]*)\}")
@@ -106,7 +106,7 @@ def lookup(context: dict[str, Any], path: Path) -> Any:
         if isinstance(part, int):
             current = current[part] if isinstance(current, list) and -len(current) <= part < len(current) else _MISSING
         else:
-            current = current.get(part, _MISSING) if isinstance(current, dict) else _MISSING
+            current = current.get(part, _MISSING) if isinstance(current, Mapping) else _MISSING
         if current is _MISSING:
             return None
     return current

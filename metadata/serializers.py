@@ -43,6 +43,8 @@ class RetryTimeoutPolicySerializer(StrictSerializer):
 
 
 POLICY_FIELDS: tuple[str, ...] = tuple(RetryTimeoutPolicySerializer().fields)
+# camelCase policy field → TaskDefinition column.
+POLICY_COLUMNS: dict[str, str] = {name: field.source for name, field in RetryTimeoutPolicySerializer().fields.items()}
 
 
 class TaskDefinitionSerializer(RetryTimeoutPolicySerializer):

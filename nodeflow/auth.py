@@ -98,6 +98,12 @@ class StaffSessionAuthentication(authentication.SessionAuthentication):
         return Principal(role=Role.ADMIN, namespace=None, label=f"staff {user.get_username()}"), None
 
 
+def _implements(view, method: str) -> bool:
+    """Whether DRF would dispatch ``method`` to a handler (the same test it uses)."""
+    name = method.lower()
+    return name in view.http_method_names and hasattr(view, name)
+
+
 class HasScope(permissions.BasePermission):
     """Checks the principal against the view's ``scopes`` (method → Scope) and
     the URL's ``ns``. A view without ``scopes`` is open (health, schema)."""
@@ -114,9 +120,12 @@ class HasScope(permissions.BasePermission):
         namespace = view.kwargs.get("ns")
         if namespace is not None and not principal.may_use(namespace):
             raise exceptions.PermissionDenied(f"this API key is not valid for namespace '{namespace}'")
+        if not _implements(view, request.method):
+            return True  # a method the route lacks: let the view answer 405, not 403
         scope = scopes.get(request.method) or scopes.get("*")
         if request.method in ("HEAD", "OPTIONS"):
             scope = scopes.get("GET", scope)
-        if scope is None or not principal.has_scope(scope):
+        allowed = scope if isinstance(scope, tuple) else (scope,)
+        if scope is None or not any(principal.has_scope(item) for item in allowed):
             raise exceptions.PermissionDenied(f"role '{principal.role}' may not {request.method} here")
         return True

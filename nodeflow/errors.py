@@ -81,13 +81,22 @@ _DRF_CODES: dict[type, str] = {
 }
 
 
+def _child_path(prefix: str, key: Any) -> str:
+    # ListField reports item errors as {index: ...}; render them as ``[index]``
+    # like list positions everywhere else (``semaphores[1]``, not ``semaphores.1``).
+    if key == "non_field_errors":
+        return prefix
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
 def flatten_errors(detail: Any, prefix: str = "") -> list[tuple[str, str]]:
     """DRF's nested error detail → [(field path, message)], e.g. ``tasks[1].name``."""
     if isinstance(detail, dict):
         out: list[tuple[str, str]] = []
         for key, value in detail.items():
-            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
-            out.extend(flatten_errors(value, name))
+            out.extend(flatten_errors(value, _child_path(prefix, key)))
         return out
     if isinstance(detail, list):
         if all(not isinstance(item, (dict, list)) for item in detail):
@@ -130,6 +139,11 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         exc = exceptions.PermissionDenied(str(exc) or "forbidden")
     elif isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge("the request body is larger than the limit (NODE_FLOW_MAX_BODY_BYTES)")
+    elif isinstance(exc, RecursionError):
+        # The JSON and YAML parsers recurse per nesting level, so a deeply
+        # nested body exhausts the stack: the input's fault, not the server's.
+        log.warning("request nested too deeply for %s", context.get("view"))
+        exc = exceptions.ParseError("the body is nested too deeply")
 
     if isinstance(exc, ApiError):
         body, code = exc.body(), exc.status_code

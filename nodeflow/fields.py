@@ -27,11 +27,20 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(int(data))
 
 
+def _is_finite(value: int | float) -> bool:
+    # JSON integers are unbounded; one past ~1e308 makes isfinite() raise
+    # OverflowError instead of answering, which would be a 500.
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 class StrictFloatField(serializers.FloatField):
     default_error_messages = {"invalid": "must be a number"}
 
     def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, (int, float)) or not math.isfinite(data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)) or not _is_finite(data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -46,12 +55,20 @@ class DurationField(StrictFloatField):
 
 
 class NameField(serializers.RegexField):
+    default_error_messages = {"not_a_string": "must be a string"}
+
     def __init__(self, **kwargs):
         super().__init__(
             NAME_PATTERN,
             error_messages={"invalid": "use 1–128 characters from A–Z a–z 0–9 _ . -"},
             **kwargs,
         )
+
+    def to_internal_value(self, data):
+        # CharField would turn 123 into "123"; a name must arrive as a string.
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
 
 
 class StrictCharField(serializers.CharField):

@@ -4,10 +4,15 @@ from __future__ import annotations
 from django.db import transaction
 
 from nodeflow import clock
+from nodeflow.fields import is_name
 from nodeflow.models import ApiKey, Namespace, Role, hash_key
 
 
 def ensure_namespace(*, name: str) -> Namespace:
+    # get_or_create skips model validators; a bad name would make a namespace
+    # no /v1/ns/{ns}/ URL can reach.
+    if not is_name(name):
+        raise ValueError(f"namespace '{name}': use 1–128 characters from A–Z a–z 0–9 _ . -")
     namespace, _ = Namespace.objects.get_or_create(name=name)
     return namespace
 
@@ -17,7 +22,9 @@ def create_api_key(*, role: str, namespace: str | None, name: str = "") -> tuple
     """Create a key; returns the row and the raw key (shown once, never stored)."""
     if role not in Role.values:
         raise ValueError(f"role must be one of {', '.join(Role.values)}")
-    ns = ensure_namespace(name=namespace) if namespace else None
+    # `is not None`, not truthiness: an empty name (say, an unset shell
+    # variable) must be refused, not silently become an every-namespace key.
+    ns = ensure_namespace(name=namespace) if namespace is not None else None
     raw, prefix, digest = ApiKey.generate()
     key = ApiKey.objects.create(namespace=ns, role=role, name=name, prefix=prefix, key_hash=digest)
     return key, raw

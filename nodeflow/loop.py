@@ -29,8 +29,12 @@ class Role:
         """Do one unit of work; True if there was work (so tick again at once)."""
         raise NotImplementedError
 
+    def on_start(self) -> None:
+        """Hook: runs once in the role's thread before the first tick."""
+
     def run(self) -> None:
         log.info("%s started", self.name)
+        self.on_start()
         try:
             while not self.stop.is_set():
                 self._wait(self._safe_tick())
@@ -57,8 +61,9 @@ class Role:
     def _wait(self, seconds: float) -> None:
         if seconds <= 0:
             return
-        # Either event ends the wait: stop for shutdown, wake for new work.
-        self.wake.wait(seconds) if not self.stop.is_set() else None
+        # request_stop sets wake too, so either shutdown or new work ends the wait.
+        if not self.stop.is_set():
+            self.wake.wait(seconds)
         self.wake.clear()
 
     def request_stop(self) -> None:

@@ -13,6 +13,8 @@ class YAMLParser(BaseParser):
             return yaml.safe_load(stream.read().decode("utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ParseError(f"invalid YAML: {exc}") from exc
+        except RecursionError as exc:  # the loader recurses once per nesting level
+            raise ParseError("invalid YAML: nested too deeply") from exc
 
 
 class XYAMLParser(YAMLParser):

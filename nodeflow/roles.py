@@ -7,6 +7,8 @@ from nodeflow.loop import Role
 
 
 def all_in_one_roles(stop: threading.Event) -> list[Role]:
-    """Every background role, sharing one stop event. (The decider, sweeper
-    and system-task roles join this list as they are built.)"""
-    return []
+    """Every background role, sharing one stop event."""
+    from executions.roles.decider import DeciderRole
+    from executions.roles.sweeper import SweeperRole
+
+    return [DeciderRole(stop), SweeperRole(stop)]

@@ -87,7 +87,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     # Tests on SQLite use a file, so that several processes can share it.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_nodeflow.sqlite3")}
+    DATABASES["default"]["TEST"] = {
+        "NAME": env("NODE_FLOW_SQLITE_TEST_DB", default=str(VAR_DIR / "test_nodeflow.sqlite3"))
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api-auth/", include("rest_framework.urls")),
     path("v1/ns/<str:ns>/metadata/", include("metadata.urls")),
+    path("v1/ns/<str:ns>/", include("executions.urls")),
 ]
 
 handler400 = "nodeflow.errors.handler400"

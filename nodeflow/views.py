@@ -1,6 +1,7 @@
 """Shared view bases and the service endpoints (health)."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -8,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodeflow.errors import NotFound
+from nodeflow.errors import NotFound, PayloadTooLarge
 from nodeflow.models import Namespace
 
 
@@ -19,6 +20,10 @@ class NamespacedView(APIView):
 
     scopes: dict = {}
 
+    def initial(self, request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)
+        _refuse_large_body(request)
+
     @cached_property
     def namespace(self) -> Namespace:
         name = self.kwargs["ns"]
@@ -26,6 +31,21 @@ class NamespacedView(APIView):
         if found is None:
             raise NotFound(f"namespace '{name}' does not exist")
         return found
+
+
+def _content_length(request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def _refuse_large_body(request) -> None:
+    """413 before anything reads the body. Django's DATA_UPLOAD_MAX_MEMORY_SIZE
+    leaves out the file parts of a multipart body; this counts every byte."""
+    limit = settings.NODE_FLOW_MAX_BODY_BYTES
+    if _content_length(request) > limit:
+        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes (NODE_FLOW_MAX_BODY_BYTES)")
 
 
 class HealthView(APIView):

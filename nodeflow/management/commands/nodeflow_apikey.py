@@ -29,8 +29,11 @@ class Command(BaseCommand):
         getattr(self, f"_{action}")(**options)
 
     def _create(self, *, namespace, all_namespaces, role, name, **_) -> None:
-        key, raw = create_api_key(role=role, namespace=None if all_namespaces else namespace, name=name)
-        scope = namespace or "every namespace"
+        try:
+            key, raw = create_api_key(role=role, namespace=None if all_namespaces else namespace, name=name)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        scope = "every namespace" if all_namespaces else namespace
         self.stderr.write(f"created key {key.pk} ({role} @ {scope}); it is shown once:")
         self.stdout.write(raw)
 

@@ -1,0 +1,87 @@
+"""Dispatch: leasing ready tasks of a queue to a polling worker.
+
+A lease is a random token plus an expiry. Results and heartbeats must present
+the current token (fencing): a worker whose lease expired, whose task was
+re-delivered or canceled, gets 409 and changes nothing. The expiry is the
+start-to-close and heartbeat deadline of the attempt: each heartbeat moves it
+to ``now + heartbeatTimeout``, never past ``startedAt + startToCloseTimeout``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+
+from django.db import transaction
+
+from executions import notify
+from executions.models import Task, TaskStatus
+from nodeflow import clock
+from nodeflow.models import Namespace
+
+# A task with neither a heartbeat nor a start-to-close timeout is re-delivered
+# when its worker has been silent this long.
+DEFAULT_LEASE_S = 300.0
+# Long-polls re-check the queue at least this often even without a wake-up
+# (tasks whose retry delay ends do not notify).
+LISTEN_RECHECK_S = 1.0
+# Without LISTEN/NOTIFY (SQLite, across processes) the re-check is the wake-up.
+POLL_RECHECK_S = 0.05
+
+
+def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> dt.datetime:
+    heartbeat = float(policy.get("heartbeatTimeout") or 0)
+    start_to_close = float(policy.get("startToCloseTimeout") or 0)
+    expires = now + dt.timedelta(seconds=heartbeat or start_to_close or DEFAULT_LEASE_S)
+    if start_to_close > 0:
+        expires = min(expires, started_at + dt.timedelta(seconds=start_to_close))
+    return expires
+
+
+def lease_tasks(*, namespace: Namespace, queue: str, worker_id: str, count: int) -> list[Task]:
+    """Lease up to ``count`` ready tasks of ``queue``, highest priority first."""
+    now = clock.now()
+    with transaction.atomic():
+        tasks = list(
+            Task.objects.filter(
+                namespace=namespace, queue=queue, status=TaskStatus.SCHEDULED, held=False, available_at__lte=now
+            )
+            .order_by("-priority", "available_at")
+            .select_for_update(skip_locked=True)[:count]
+        )
+        if not tasks:
+            return []
+        token = secrets.token_urlsafe(18)
+        for task in tasks:
+            task.status = TaskStatus.IN_PROGRESS
+            task.started_at = now
+            task.worker_id = worker_id
+            task.lease_token = token
+            task.lease_expires_at = lease_expiry(task.policy, started_at=now, now=now)
+            task.last_heartbeat_at = now
+            task.deliveries += 1
+        Task.objects.bulk_update(
+            tasks,
+            ["status", "started_at", "worker_id", "lease_token", "lease_expires_at", "last_heartbeat_at", "deliveries"],
+        )
+    return tasks
+
+
+def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s: float) -> list[Task]:
+    """Lease at once if anything is ready; otherwise wait up to ``wait_s`` for
+    a wake-up and try again."""
+    key = notify.queue_key(namespace.id, queue)
+    recheck = LISTEN_RECHECK_S if notify.ensure_listener() else POLL_RECHECK_S
+    give_up = time.monotonic() + wait_s
+    while True:
+        # Registered before looking, so a wake-up between the look and the
+        # wait is not lost.
+        event = notify.hub.register(key)
+        try:
+            leased = lease_tasks(namespace=namespace, queue=queue, worker_id=worker_id, count=count)
+            remaining = give_up - time.monotonic()
+            if leased or remaining <= 0:
+                return leased
+            event.wait(min(remaining, recheck))
+        finally:
+            notify.hub.unregister(key, event)

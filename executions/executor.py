@@ -1,0 +1,250 @@
+"""The executor: load an execution's state under its row lock, ask the pure
+decider what to do, and apply the decision in the same transaction.
+
+Lock order, everywhere: an execution before its tasks, a parent before its
+children. A child never locks its parent: when it ends it only queues a
+decide request for the parent. That order is what keeps deciders, result
+handlers, sweepers and terminate free of deadlocks.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import uuid
+
+from django.conf import settings
+from django.db import transaction
+
+from executions import lifecycle, notify
+from executions.decider import decide
+from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
+from executions.retry import BUDGET_WINDOW_S
+from executions.state import FAILURE, Child, Decision, Row, Snapshot
+from metadata.models import TaskDefinition, WorkflowSnapshot
+from metadata.serializers import POLICY_COLUMNS
+from metadata.tree import walk_tasks
+from nodeflow import clock
+
+log = logging.getLogger(__name__)
+
+ROW_FIELDS = (
+    "id", "path", "ref", "type", "kind", "task_def_name", "status", "attempt", "seq", "scheduled_at",
+    "available_at", "first_scheduled_at", "optional", "policy", "queue", "started_at", "ended_at",
+    "child_execution_id",
+)
+
+
+class StaleDecision(Exception):
+    """A row changed under the decision (it should not, under the lock): retry."""
+
+
+@functools.lru_cache(maxsize=512)
+def snapshot_body(snapshot_id: int) -> dict:
+    """Snapshots are immutable, so each process can keep them."""
+    return WorkflowSnapshot.objects.values_list("body", flat=True).get(pk=snapshot_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _task_names(snapshot_id: int, workflow_key: str) -> tuple[str, ...]:
+    workflow = snapshot_body(snapshot_id)["workflows"][workflow_key]
+    return tuple(sorted({task["name"] for task, _ in walk_tasks(workflow["tasks"])}))
+
+
+def workflow_of(execution: Execution) -> dict:
+    return snapshot_body(execution.snapshot_id)["workflows"][execution.workflow_key]
+
+
+def lock_execution(execution_id: uuid.UUID) -> Execution | None:
+    return Execution.objects.select_for_update().filter(pk=execution_id).first()
+
+
+def to_row(task: Task) -> Row:
+    return Row(
+        id=task.id, path=task.path, ref=task.ref, type=task.type, kind=task.kind,
+        task_def_name=task.task_def_name, status=task.status, attempt=task.attempt, seq=task.seq,
+        scheduled_at=task.scheduled_at, available_at=task.available_at,
+        first_scheduled_at=task.first_scheduled_at, input=task.input, output=task.output,
+        reason=task.reason_for_incompletion, optional=task.optional, policy=task.policy, queue=task.queue,
+        started_at=task.started_at, ended_at=task.ended_at, child_execution_id=task.child_execution_id,
+    )
+
+
+def load_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
+    tasks = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
+    rows = [to_row(task) for task in tasks]
+    return Snapshot(
+        execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
+        workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
+        variables=execution.variables, rows=rows, now=now,
+        task_defs=_task_defs(execution), children=_children(rows), messages=_messages(execution, rows),
+        depth=execution.depth, path_prefix=execution.path_prefix, run=execution.run,
+        next_seq=execution.next_seq, evaluated_at=execution.evaluated_at, deadline=execution.deadline,
+        correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
+        parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
+        budgets=_budgets(execution, rows, now),
+    )
+
+
+def _task_defs(execution: Execution) -> dict[str, dict]:
+    names = _task_names(execution.snapshot_id, execution.workflow_key)
+    found = TaskDefinition.objects.filter(namespace_id=execution.namespace_id, name__in=names).values(
+        "name", *POLICY_COLUMNS.values()
+    )
+    return {row["name"]: {camel: row[column] for camel, column in POLICY_COLUMNS.items()} for row in found}
+
+
+def _children(rows: list[Row]) -> dict[uuid.UUID, Child]:
+    ids = [row.child_execution_id for row in rows if row.child_execution_id and row.status == "IN_PROGRESS"]
+    if not ids:
+        return {}
+    found = Execution.objects.filter(pk__in=ids).values_list("id", "status", "output", "reason_for_incompletion")
+    return {pk: Child(pk, status, output, reason) for pk, status, output, reason in found}
+
+
+def _messages(execution: Execution, rows: list[Row]) -> list:
+    if not any(row.type == "PULL_WORKFLOW_MESSAGES" and row.status == "IN_PROGRESS" for row in rows):
+        return []
+    found = Message.objects.filter(execution_id=execution.id, consumed_by__isnull=True).order_by("id")
+    return list(found.values_list("id", "payload")[:1000])
+
+
+def _budgets(execution: Execution, rows: list[Row], now: dt.datetime) -> dict[str, tuple[int, int]]:
+    """Retry-budget counters, read only for task definitions that have a
+    failed attempt waiting for a retry verdict and a budget switched on."""
+    names = {row.task_def_name for row in rows if row.status in FAILURE and float(row.policy.get("retryBudget", 1)) < 1}
+    if not names:
+        return {}
+    since = now - dt.timedelta(seconds=BUDGET_WINDOW_S)
+    budgets = {}
+    for name in names:
+        window = Task.objects.filter(
+            namespace_id=execution.namespace_id, task_def_name=name, kind__in=("worker", "system"),
+            started_at__gte=since,
+        )
+        budgets[name] = (window.count(), window.filter(attempt__gt=1).count())
+    return budgets
+
+
+# --- deciding -------------------------------------------------------------
+
+def decide_locked(execution: Execution) -> Decision | None:
+    """Decide an execution whose row the caller holds locked (and apply)."""
+    if execution.status != ExecutionStatus.RUNNING or execution.awaiting_admission:
+        return None
+    now = clock.now()
+    decision = decide(load_snapshot(execution, now))
+    apply(execution, decision, now)
+    return decision
+
+
+def decide_now(execution_id: uuid.UUID) -> Decision | None:
+    """Lock, decide and apply, in a transaction of its own (or the caller's)."""
+    with transaction.atomic():
+        execution = lock_execution(execution_id)
+        if execution is None:
+            return None
+        DecideRequest.objects.filter(execution_id=execution_id).delete()
+        return decide_locked(execution)
+
+
+def decide_or_defer(execution: Execution) -> None:
+    """Decide inline; if the decider fails, keep what the caller wrote and
+    leave a decide request for the decider role to retry and log."""
+    try:
+        with transaction.atomic():
+            decide_locked(execution)
+    except Exception:  # noqa: BLE001 - the task result must not be lost to a decider bug
+        log.exception("decision for %s failed; deferred to the decider role", execution.id)
+        request_decision(execution.id)
+
+
+def request_decision(execution_id: uuid.UUID, due_at: dt.datetime | None = None) -> None:
+    """Queue "decide this execution" durably (idempotent)."""
+    due_at = due_at or clock.now()
+    DecideRequest.objects.bulk_create(
+        [DecideRequest(execution_id=execution_id, due_at=due_at)],
+        update_conflicts=True, unique_fields=["execution"], update_fields=["due_at"],
+    )
+    notify.decider_wakeup()
+
+
+# --- applying -------------------------------------------------------------
+
+def apply(execution: Execution, decision: Decision, now: dt.datetime) -> None:
+    _insert_rows(execution, decision.created)
+    _update_rows(decision.updated, now)
+    Timer.objects.bulk_create(
+        [Timer(kind=t.kind, execution_id=execution.id, task_id=t.task_id, due_at=t.due_at) for t in decision.timers]
+    )
+    for task_id, message_ids in decision.consumed_messages.items():
+        Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
+    fields = _execution_fields(execution, decision, now)
+    if fields:
+        for name, value in fields.items():
+            setattr(execution, name, value)
+        Execution.objects.filter(pk=execution.id).update(**fields, updated_at=now)
+    for child in decision.children:
+        lifecycle.start_child(parent=execution, request=child)
+    for child_id in decision.cancel_children:
+        lifecycle.terminate_execution(execution_id=child_id, reason="parent task canceled", cascade_from_parent=True)
+    if decision.ending is not None:
+        lifecycle.after_end(execution, decision.ending)
+    queues = {(row.queue, row.kind) for row in decision.created if row.queue}
+    for queue, kind in queues:
+        notify.task_ready(execution.namespace_id, queue, kind)
+
+
+def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime) -> dict:
+    fields: dict = {}
+    if decision.next_seq != execution.next_seq:
+        fields["next_seq"] = decision.next_seq
+    if decision.evaluated:
+        fields["evaluated_at"] = now
+        if decision.deadline is not None:
+            fields["deadline"] = decision.deadline
+    if decision.variables is not None:
+        fields["variables"] = decision.variables
+    if decision.ending is not None:
+        ending = decision.ending
+        fields.update(status=ending.status, output=ending.output, reason_for_incompletion=ending.reason,
+                      failed_task_names=list(ending.failed_tasks), ended_at=now)
+    return fields
+
+
+def _insert_rows(execution: Execution, rows: list[Row]) -> None:
+    Task.objects.bulk_create([
+        Task(
+            id=row.id, execution_id=execution.id, namespace_id=execution.namespace_id, run=execution.run,
+            seq=row.seq, ref=row.ref, path=row.path, type=row.type, kind=row.kind,
+            task_def_name=row.task_def_name, queue=row.queue, status=row.status, optional=row.optional,
+            attempt=row.attempt, priority=execution.priority, policy=row.policy, input=row.input,
+            output=row.output, reason_for_incompletion=row.reason,
+            idempotency_key=idempotency_key(execution, row.path), scheduled_at=row.scheduled_at,
+            available_at=row.available_at, first_scheduled_at=row.first_scheduled_at,
+            started_at=row.started_at, ended_at=row.ended_at, child_execution_id=row.child_execution_id,
+        )
+        for row in rows
+    ])
+
+
+def idempotency_key(execution: Execution, path: str) -> str:
+    """One key per logical task: the same for every attempt and re-delivery."""
+    run = f"/{execution.run}" if execution.run > 1 else ""
+    return f"{execution.id}{run}:{path}"
+
+
+def _update_rows(rows: list[Row], now: dt.datetime) -> None:
+    for row in rows:
+        query = Task.objects.filter(pk=row.id)
+        if row.status == "CANCELED":
+            # A poll may have leased it since it was read: cancel it either way.
+            query = query.filter(status__in=("SCHEDULED", "IN_PROGRESS"))
+        else:
+            query = query.filter(status=row.read_status)
+        updated = query.update(
+            status=row.status, output=row.output, reason_for_incompletion=row.reason,
+            started_at=row.started_at, ended_at=row.ended_at, lease_token=None,
+        )
+        if not updated and row.status != "CANCELED":
+            raise StaleDecision(f"task {row.id} changed under the decision")

@@ -1,0 +1,246 @@
+"""Execution lifecycle services: start, end, terminate, pause, resume, retry,
+restart, and starting a SUB_WORKFLOW child. Each takes the execution's row
+lock before changing it (parent before child, always)."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+
+from django.db import IntegrityError, transaction
+
+from executions import executor, notify
+from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
+from executions.state import FAILURE, Ending, StartChild
+from metadata import workflows
+from metadata.baking import bake
+from metadata.models import WorkflowSnapshot
+from nodeflow import clock
+from nodeflow.errors import Conflict, NotFound
+from nodeflow.models import Namespace
+
+log = logging.getLogger(__name__)
+
+ENDED = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT, ExecutionStatus.TERMINATED)
+
+
+def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> WorkflowSnapshot:
+    """The snapshot an execution of ``name`` runs: the published bake, or for a
+    named version its last bake (a never-published draft is baked now)."""
+    row = workflows.get_version(namespace=namespace, name=name, version=version)
+    if row.snapshot_id is not None:
+        return row.snapshot
+    body = bake(name=name, version=row.version, body=row.body, resolve=workflows.resolver(namespace))
+    return WorkflowSnapshot.objects.create(namespace=namespace, name=name, version=row.version, body=body)
+
+
+def get_execution(*, namespace: Namespace, execution_id: uuid.UUID | str) -> Execution:
+    try:
+        found = Execution.objects.filter(namespace=namespace, pk=execution_id).first()
+    except (ValueError, TypeError):  # not a UUID
+        found = None
+    if found is None:
+        raise NotFound(f"execution '{execution_id}' does not exist")
+    return found
+
+
+def start_execution(
+    *, namespace: Namespace, name: str, version: int | None = None, input: dict | None = None,
+    correlation_id: str | None = None, idempotency_key: str | None = None, priority: int = 0,
+) -> tuple[Execution, bool]:
+    """Start an execution and make its first decision, in one transaction.
+    Returns (execution, created); the same idempotency key gives the same one."""
+    with transaction.atomic():
+        if idempotency_key:
+            existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
+            if existing is not None:
+                return existing, False
+        snapshot = snapshot_for(namespace=namespace, name=name, version=version)
+        key = snapshot.body["root"]
+        workflow = snapshot.body["workflows"][key]
+        now = clock.now()
+        try:
+            with transaction.atomic():
+                execution = Execution.objects.create(
+                    namespace=namespace, name=name, version=snapshot.version, snapshot=snapshot, workflow_key=key,
+                    input=input or {}, variables=dict(workflow.get("variables") or {}),
+                    correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
+                    created_at=now, started_at=now,
+                )
+        except IntegrityError:
+            # A concurrent start with the same idempotency key won.
+            return Execution.objects.get(namespace=namespace, idempotency_key=idempotency_key), False
+        executor.decide_locked(execution)
+        return execution, True
+
+
+def start_child(*, parent: Execution, request: StartChild) -> Execution:
+    """Start the child of a SUB_WORKFLOW task (inside the parent's decision).
+    It shares the parent's snapshot and inherits its deadline."""
+    name, _, version = request.workflow_key.rpartition("@")
+    workflow = executor.snapshot_body(parent.snapshot_id)["workflows"][request.workflow_key]
+    now = clock.now()
+    child = Execution.objects.create(
+        namespace_id=parent.namespace_id, name=name, version=int(version), snapshot_id=parent.snapshot_id,
+        workflow_key=request.workflow_key, input=request.input, variables=dict(workflow.get("variables") or {}),
+        correlation_id=parent.correlation_id, priority=parent.priority, parent_execution_id=parent.id,
+        parent_task_id=request.task_id, path_prefix=request.path_prefix, depth=parent.depth + 1,
+        deadline=parent.deadline, created_at=now, started_at=now,
+    )
+    Task.objects.filter(pk=request.task_id).update(child_execution_id=child.id)
+    executor.decide_locked(child)
+    return child
+
+
+def after_end(execution: Execution, ending: Ending) -> None:
+    """What follows an execution's end: its parent re-decides, and a failed or
+    timed-out run starts its failureWorkflow."""
+    if execution.parent_execution_id:
+        executor.request_decision(execution.parent_execution_id)
+    if ending.status in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT):
+        _start_failure_workflow(execution, ending)
+
+
+def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
+    name = executor.workflow_of(execution).get("failureWorkflow")
+    if not name:
+        return
+    namespace = Namespace.objects.get(pk=execution.namespace_id)
+    payload = {
+        "workflowId": str(execution.id), "executionId": str(execution.id), "workflowName": execution.name,
+        "status": ending.status, "reason": ending.reason, "failedTaskNames": list(ending.failed_tasks),
+        "input": execution.input,
+    }
+    try:
+        with transaction.atomic():
+            start_execution(namespace=namespace, name=name, input=payload, correlation_id=execution.correlation_id,
+                            idempotency_key=f"failure:{execution.id}:{execution.run}")
+    except NotFound:
+        log.warning("failureWorkflow %s of execution %s does not exist", name, execution.id)
+
+
+def end_execution(execution: Execution, *, status: str, reason: str) -> None:
+    """End a locked, active execution from outside the decider (terminate, the
+    workflow timeout): cancel its open tasks and its children, then follow up."""
+    now = clock.now()
+    Execution.objects.filter(pk=execution.id).update(
+        status=status, reason_for_incompletion=reason, ended_at=now, updated_at=now
+    )
+    execution.status, execution.reason_for_incompletion, execution.ended_at = status, reason, now
+    cancel_open_tasks(execution, reason=f"execution {status.lower()}: {reason}")
+    children = Execution.objects.filter(parent_execution_id=execution.id, status__in=ACTIVE_EXECUTION)
+    for child_id in children.values_list("id", flat=True):
+        terminate_execution(execution_id=child_id, reason=f"parent {status.lower()}", cascade_from_parent=True)
+    after_end(execution, Ending(status, execution.output, reason, tuple(execution.failed_task_names)))
+
+
+def cancel_open_tasks(execution: Execution, *, reason: str) -> int:
+    now = clock.now()
+    return Task.objects.filter(
+        execution_id=execution.id, run=execution.run, status__in=(TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS)
+    ).update(status=TaskStatus.CANCELED, reason_for_incompletion=reason, ended_at=now, lease_token=None)
+
+
+def terminate_execution(*, execution_id: uuid.UUID, reason: str = "", cascade_from_parent: bool = False) -> Execution:
+    """Terminate: cancel every open task and every child. A worker holding a
+    canceled task learns it from the 409 on its next heartbeat or result."""
+    with transaction.atomic():
+        execution = executor.lock_execution(execution_id)
+        if execution is None:
+            raise NotFound(f"execution '{execution_id}' does not exist")
+        if execution.status not in ACTIVE_EXECUTION:
+            if cascade_from_parent:
+                return execution
+            raise Conflict(f"execution is already {execution.status}")
+        end_execution(execution, status=ExecutionStatus.TERMINATED, reason=reason or "terminated")
+        return execution
+
+
+def pause_execution(*, execution_id: uuid.UUID) -> Execution:
+    """No new task is scheduled or dispatched until resume; running ones finish."""
+    with transaction.atomic():
+        execution = _locked_in(execution_id, (ExecutionStatus.RUNNING,), "pause")
+        Execution.objects.filter(pk=execution.id).update(status=ExecutionStatus.PAUSED, updated_at=clock.now())
+        Task.objects.filter(execution_id=execution.id, status=TaskStatus.SCHEDULED).update(held=True)
+        execution.status = ExecutionStatus.PAUSED
+        return execution
+
+
+def resume_execution(*, execution_id: uuid.UUID) -> Execution:
+    with transaction.atomic():
+        execution = _locked_in(execution_id, (ExecutionStatus.PAUSED,), "resume")
+        Execution.objects.filter(pk=execution.id).update(status=ExecutionStatus.RUNNING, updated_at=clock.now())
+        execution.status = ExecutionStatus.RUNNING
+        held = Task.objects.filter(execution_id=execution.id, held=True)
+        queues = set(held.exclude(queue=None).values_list("queue", "kind"))
+        held.update(held=False)
+        for queue, kind in queues:
+            notify.task_ready(execution.namespace_id, queue, kind)
+        executor.decide_locked(execution)
+        return execution
+
+
+def retry_execution(*, execution_id: uuid.UUID) -> Execution:
+    """Resume a failed, timed-out or terminated run from where it failed: every
+    failed or canceled task gets a new attempt; forks and loops reopen."""
+    with transaction.atomic():
+        execution = _locked_in(execution_id, ENDED[1:], "retry")
+        now = clock.now()
+        rows = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
+        latest = {row.path: row for row in rows}
+        seq = execution.next_seq
+        for row in latest.values():
+            if row.status not in FAILURE:
+                continue
+            if row.kind == "operator" and row.type != "SUB_WORKFLOW":
+                Task.objects.filter(pk=row.id).update(status=TaskStatus.IN_PROGRESS, ended_at=None, reason_for_incompletion="")
+                continue
+            _new_attempt(row, seq, now)
+            seq += 1
+        _reopen(execution, next_seq=seq, now=now)
+        executor.decide_locked(execution)
+        return execution
+
+
+def _new_attempt(row: Task, seq: int, now: dt.datetime) -> Task:
+    return Task.objects.create(
+        execution_id=row.execution_id, namespace_id=row.namespace_id, run=row.run, seq=seq, ref=row.ref,
+        path=row.path, type=row.type, kind=row.kind, task_def_name=row.task_def_name, queue=row.queue,
+        status=TaskStatus.SCHEDULED, optional=row.optional, attempt=row.attempt + 1, priority=row.priority,
+        policy=row.policy, input=row.input, idempotency_key=row.idempotency_key, scheduled_at=now,
+        available_at=now, first_scheduled_at=now,
+    )
+
+
+def _reopen(execution: Execution, *, next_seq: int, now: dt.datetime) -> None:
+    fields = dict(status=ExecutionStatus.RUNNING, ended_at=None, reason_for_incompletion="", output={},
+                  failed_task_names=[], next_seq=next_seq, updated_at=now)
+    Execution.objects.filter(pk=execution.id).update(**fields)
+    for name, value in fields.items():
+        setattr(execution, name, value)
+
+
+def restart_execution(*, execution_id: uuid.UUID) -> Execution:
+    """Run an ended execution again from the start, under the same id. The old
+    run's tasks stay as history; the new run's idempotency keys differ."""
+    with transaction.atomic():
+        execution = _locked_in(execution_id, ENDED, "restart")
+        workflow = executor.workflow_of(execution)
+        now = clock.now()
+        Execution.objects.filter(pk=execution.id).update(
+            run=execution.run + 1, variables=dict(workflow.get("variables") or {}), evaluated_at=None,
+            deadline=None if execution.parent_execution_id is None else execution.deadline, started_at=now,
+        )
+        execution.refresh_from_db()
+        _reopen(execution, next_seq=execution.next_seq, now=now)
+        executor.decide_locked(execution)
+        return execution
+
+
+def _locked_in(execution_id: uuid.UUID, statuses: tuple, verb: str) -> Execution:
+    execution = executor.lock_execution(execution_id)
+    if execution is None:
+        raise NotFound(f"execution '{execution_id}' does not exist")
+    if execution.status not in statuses:
+        raise Conflict(f"cannot {verb} an execution that is {execution.status}")
+    return execution

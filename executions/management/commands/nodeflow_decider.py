@@ -1,0 +1,8 @@
+"""``manage.py nodeflow_decider``: run the decider role (any number of copies)."""
+from executions.roles.decider import DeciderRole
+from nodeflow.role_command import RoleCommand
+
+
+class Command(RoleCommand):
+    help = "Drain the decide queue."
+    role_class = DeciderRole

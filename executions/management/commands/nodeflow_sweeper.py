@@ -1,0 +1,8 @@
+"""``manage.py nodeflow_sweeper``: fire timers and expire leases (any number of copies)."""
+from executions.roles.sweeper import SweeperRole
+from nodeflow.role_command import RoleCommand
+
+
+class Command(RoleCommand):
+    help = "Fire due timers and handle expired leases."
+    role_class = SweeperRole

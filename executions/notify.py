@@ -1,0 +1,132 @@
+"""Wake-ups: "a task is ready in this queue", "an execution wants deciding".
+
+On PostgreSQL a wake-up is a ``NOTIFY`` sent in the transaction that made the
+work (delivered when it commits, dropped if it rolls back); each process has
+one listener thread that relays notifications to its waiting long-polls. On
+SQLite, and within one process, the hub is woken directly after commit; other
+processes fall back to re-checking at a short interval. Wake-ups are hints:
+the database is always re-read, so a lost one only costs latency.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Hashable
+
+from django.db import connection, transaction
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "nodeflow"
+DECIDE_KEY = "decide"
+SYSTEM_KEY = "system"
+
+
+class Hub:
+    """In-process waiters by key; ``wake`` sets every event waiting on a key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[Hashable, set[threading.Event]] = {}
+
+    def register(self, key: Hashable) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            self._waiters.setdefault(key, set()).add(event)
+        return event
+
+    def attach(self, key: Hashable, event: threading.Event) -> None:
+        """Have ``wake(key)`` set a long-lived event (a role's wake-up)."""
+        with self._lock:
+            self._waiters.setdefault(key, set()).add(event)
+
+    def unregister(self, key: Hashable, event: threading.Event) -> None:
+        with self._lock:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    def wake(self, key: Hashable) -> None:
+        with self._lock:
+            waiters = list(self._waiters.get(key, ()))
+        for event in waiters:
+            event.set()
+
+    def has_waiters(self) -> bool:
+        with self._lock:
+            return bool(self._waiters)
+
+
+hub = Hub()
+
+
+def queue_key(namespace_id: int, queue: str) -> str:
+    return f"q:{namespace_id}:{queue}"
+
+
+def _send(key: str) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, key])
+    transaction.on_commit(lambda: hub.wake(key))
+
+
+def task_ready(namespace_id: int, queue: str, kind: str) -> None:
+    """Call inside the transaction that made a task dispatchable."""
+    _send(SYSTEM_KEY if kind == "system" else queue_key(namespace_id, queue))
+
+
+def decider_wakeup() -> None:
+    _send(DECIDE_KEY)
+
+
+# --- the PostgreSQL listener ----------------------------------------------
+
+class _Listener(threading.Thread):
+    """One LISTEN connection per process, relaying notifications to the hub."""
+
+    RECONNECT_S = 1.0
+
+    def __init__(self) -> None:
+        super().__init__(name="nodeflow-listener", daemon=True)
+
+    def run(self) -> None:
+        while True:
+            try:
+                self._listen()
+            except Exception:  # noqa: BLE001 - e.g. the database restarted: reconnect
+                log.warning("notification listener lost its connection; reconnecting", exc_info=True)
+                time.sleep(self.RECONNECT_S)
+
+    def _listen(self) -> None:
+        import psycopg
+
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("server_side_binding", None)
+        params.pop("prepare_threshold", None)
+        with psycopg.connect(**params, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            while True:
+                for note in conn.notifies(timeout=5.0):
+                    hub.wake(note.payload)
+
+
+_listener_lock = threading.Lock()
+_listener: _Listener | None = None
+
+
+def ensure_listener() -> bool:
+    """Start this process's listener (PostgreSQL only). True when running."""
+    global _listener
+    if connection.vendor != "postgresql":
+        return False
+    with _listener_lock:
+        if _listener is None or not _listener.is_alive():
+            _listener = _Listener()
+            _listener.start()
+    return True

@@ -1,0 +1,155 @@
+"""Task results and heartbeats from workers (and HUMAN task completions).
+
+A result is written by one conditional UPDATE that names the lease token it
+answers, under the execution's row lock; the decision it causes runs in the
+same transaction. A stale token, a canceled task or a finished one: 409 and
+nothing changes. A batch locks its executions in id order first (no
+deadlocks between batches), applies each result on its own terms, and
+decides each touched execution once.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from executions import executor
+from executions.dispatch import lease_expiry
+from executions.models import Execution, ExecutionStatus, Task, TaskStatus
+from nodeflow import clock
+from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
+from nodeflow.models import Namespace
+
+MAX_LOG_ENTRIES = 200
+FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.FAILED_WITH_TERMINAL_ERROR)
+
+
+@dataclass
+class Result:
+    task_id: uuid.UUID
+    status: str
+    lease_token: str | None = None
+    output: dict = field(default_factory=dict)
+    reason: str = ""
+    callback_after_s: float = 0.0
+    logs: list = field(default_factory=list)
+
+
+def _stale(task: Task) -> Conflict:
+    if task.status == TaskStatus.CANCELED:
+        return Conflict("the task was canceled", taskStatus=task.status)
+    if task.status != TaskStatus.IN_PROGRESS:
+        return Conflict(f"the task is {task.status}; this lease is no longer valid", taskStatus=task.status)
+    return Conflict("this lease is no longer valid (it expired and the task was re-delivered)", taskStatus=task.status)
+
+
+def _check(task: Task, result: Result, *, human: bool) -> None:
+    if human:
+        if task.type != "HUMAN":
+            raise InvalidField("leaseToken", "required: only HUMAN tasks take a result without a lease")
+        if task.status != TaskStatus.IN_PROGRESS:
+            raise _stale(task)
+        return
+    if task.status != TaskStatus.IN_PROGRESS or task.lease_token != result.lease_token:
+        raise _stale(task)
+
+
+def _write(task: Task, result: Result, now: dt.datetime, *, human: bool) -> bool:
+    """Apply one checked result; True if the execution should be decided."""
+    fields: dict[str, Any] = {"output": result.output or task.output}
+    if result.logs:
+        fields["logs"] = (task.logs + [{"at": now.isoformat(), "log": str(line)} for line in result.logs])[-MAX_LOG_ENTRIES:]
+    if result.status == TaskStatus.IN_PROGRESS:
+        if result.callback_after_s > 0:
+            # "Not done; offer it again later": back to the queue, same attempt.
+            fields.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
+                          available_at=now + dt.timedelta(seconds=result.callback_after_s))
+        else:
+            fields.update(lease_expires_at=lease_expiry(task.policy, started_at=task.started_at or now, now=now),
+                          last_heartbeat_at=now)
+        decide = False
+    else:
+        fields.update(status=result.status, reason_for_incompletion=result.reason, ended_at=now,
+                      lease_token=None, lease_expires_at=None)
+        decide = True
+    query = Task.objects.filter(pk=task.id, status=TaskStatus.IN_PROGRESS)
+    if not human:
+        query = query.filter(lease_token=result.lease_token)
+    if not query.update(**fields):
+        raise _stale(task)
+    return decide
+
+
+def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
+    """Apply one result (and the decision it causes)."""
+    execution_id = Task.objects.filter(pk=result.task_id, namespace=namespace).values_list("execution_id", flat=True).first()
+    if execution_id is None:
+        raise NotFound(f"task '{result.task_id}' does not exist")
+    with transaction.atomic():
+        execution = executor.lock_execution(execution_id)
+        task = Task.objects.get(pk=result.task_id)
+        _check(task, result, human=human)
+        if _write(task, result, clock.now(), human=human) and execution.status == ExecutionStatus.RUNNING:
+            executor.decide_or_defer(execution)
+    return Task.objects.get(pk=result.task_id)
+
+
+def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]:
+    """Apply a batch; one answer per result, in order. One bad item never
+    spoils the others."""
+    owners = dict(
+        Task.objects.filter(pk__in=[r.task_id for r in results], namespace=namespace).values_list("id", "execution_id")
+    )
+    answers: list[dict] = []
+    with transaction.atomic():
+        locked = {
+            e.id: e
+            for e in Execution.objects.select_for_update().filter(pk__in=set(owners.values())).order_by("id")
+        }
+        tasks = {t.id: t for t in Task.objects.filter(pk__in=list(owners))}
+        touched: dict[uuid.UUID, Execution] = {}
+        now = clock.now()
+        for result in results:
+            answers.append(_apply_one(result, tasks, locked, owners, touched, now))
+        for execution in touched.values():
+            if execution.status == ExecutionStatus.RUNNING:
+                executor.decide_or_defer(execution)
+    return answers
+
+
+def _apply_one(result, tasks, locked, owners, touched, now) -> dict:
+    task = tasks.get(result.task_id)
+    if task is None:
+        return {"taskId": str(result.task_id), "status": 404, "error": "NOT_FOUND"}
+    try:
+        _check(task, result, human=False)
+        if _write(task, result, now, human=False):
+            touched[owners[task.id]] = locked[owners[task.id]]
+        task.status = TaskStatus.IN_PROGRESS if result.status == TaskStatus.IN_PROGRESS else result.status
+        task.lease_token = task.lease_token if result.status == TaskStatus.IN_PROGRESS and not result.callback_after_s else None
+    except ApiError as exc:
+        return {"taskId": str(result.task_id), "status": exc.status_code, "error": exc.error, "message": exc.message}
+    return {"taskId": str(result.task_id), "status": 200}
+
+
+def heartbeat(*, namespace: Namespace, task_id: uuid.UUID, lease_token: str, progress: Any = None) -> Task:
+    """Extend a lease. 409 when it is no longer this worker's."""
+    task = Task.objects.filter(pk=task_id, namespace=namespace).first()
+    if task is None:
+        raise NotFound(f"task '{task_id}' does not exist")
+    if task.status != TaskStatus.IN_PROGRESS or task.lease_token != lease_token:
+        raise _stale(task)
+    now = clock.now()
+    fields: dict[str, Any] = {
+        "lease_expires_at": lease_expiry(task.policy, started_at=task.started_at or now, now=now),
+        "last_heartbeat_at": now,
+    }
+    if progress is not None:
+        fields["output"] = {**task.output, "progress": progress}
+    if not Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS, lease_token=lease_token).update(**fields):
+        raise _stale(Task.objects.get(pk=task_id))
+    task.lease_expires_at = fields["lease_expires_at"]
+    return task

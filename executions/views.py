@@ -1,0 +1,164 @@
+"""Execution routes (SPEC §6). Thin: parse, authorise, call a service, render."""
+from __future__ import annotations
+
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from executions import executor, lifecycle
+from executions.models import Execution, Message, Task
+from executions.pagination import paginate
+from executions.serializers import (
+    ListExecutionsSerializer,
+    ReasonSerializer,
+    StartExecutionSerializer,
+    execution_view,
+)
+from nodeflow import clock
+from nodeflow.auth import Scope
+from nodeflow.errors import Conflict
+from nodeflow.views import NamespacedView
+
+EXECUTION = inline_serializer(
+    "Execution",
+    fields={
+        "id": serializers.UUIDField(), "name": serializers.CharField(), "version": serializers.IntegerField(),
+        "status": serializers.CharField(), "awaitingAdmission": serializers.BooleanField(),
+        "input": serializers.DictField(), "output": serializers.DictField(), "variables": serializers.DictField(),
+        "reasonForIncompletion": serializers.CharField(allow_null=True),
+        "correlationId": serializers.CharField(allow_null=True), "parentExecutionId": serializers.UUIDField(allow_null=True),
+        "depth": serializers.IntegerField(), "createdAt": serializers.DateTimeField(),
+        "startedAt": serializers.DateTimeField(allow_null=True), "endedAt": serializers.DateTimeField(allow_null=True),
+        "deadline": serializers.DateTimeField(allow_null=True),
+        "tasks": serializers.ListField(child=serializers.DictField(), required=False),
+    },
+)
+EXECUTION_PAGE = inline_serializer(
+    "ExecutionPage",
+    fields={"results": serializers.ListField(child=serializers.DictField()), "next": serializers.CharField(allow_null=True)},
+)
+
+
+def full_view(execution: Execution) -> dict:
+    tasks = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
+    return execution_view(execution, tasks=tasks)
+
+
+class ExecutionListView(NamespacedView):
+    scopes = {"GET": Scope.EXECUTIONS_READ, "POST": Scope.EXECUTIONS_WRITE}
+
+    @extend_schema(
+        operation_id="list_executions", summary="List executions, newest first",
+        parameters=[OpenApiParameter(name, str, required=False) for name in ("status", "name", "correlationId", "cursor")]
+        + [OpenApiParameter("limit", int, required=False)],
+        responses=EXECUTION_PAGE,
+    )
+    def get(self, request, ns):
+        query = ListExecutionsSerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        rows = Execution.objects.filter(namespace=self.namespace)
+        for field, column in (("status", "status"), ("name", "name"), ("correlationId", "correlation_id")):
+            if field in params:
+                rows = rows.filter(**{column: params[field]})
+        page, next_cursor = paginate(rows, cursor=params.get("cursor"), limit=params.get("limit", 50))
+        return Response({"results": [execution_view(row) for row in page], "next": next_cursor})
+
+    @extend_schema(
+        summary="Start an execution",
+        description="201 with the execution; the same idempotencyKey returns the existing one with 200.",
+        request=StartExecutionSerializer, responses={200: EXECUTION, 201: EXECUTION},
+    )
+    def post(self, request, ns):
+        body = StartExecutionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        execution, created = lifecycle.start_execution(
+            namespace=self.namespace, name=data["name"], version=data.get("version"), input=data["input"],
+            correlation_id=data.get("correlationId"), idempotency_key=data.get("idempotencyKey"),
+            priority=data["priority"],
+        )
+        execution.refresh_from_db()
+        return Response(full_view(execution), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class ExecutionDetailView(NamespacedView):
+    scopes = {"GET": Scope.EXECUTIONS_READ}
+
+    @extend_schema(summary="An execution with its tasks (every attempt)", responses=EXECUTION)
+    def get(self, request, ns, execution_id):
+        return Response(full_view(lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)))
+
+
+class _ActionView(NamespacedView):
+    """POST …/executions/{id}/<action>: checks the namespace, calls a service."""
+
+    scopes = {"POST": Scope.EXECUTIONS_WRITE}
+
+    def act(self, execution: Execution, body: dict) -> None:
+        raise NotImplementedError
+
+    def post(self, request, ns, execution_id):
+        execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
+        self.act(execution, request.data if isinstance(request.data, dict) else {})
+        execution.refresh_from_db()
+        return Response(full_view(execution))
+
+
+@extend_schema(summary="Terminate: cancel open tasks, cascade to children", request=ReasonSerializer, responses=EXECUTION)
+class TerminateView(_ActionView):
+    def act(self, execution, body):
+        reason = ReasonSerializer(data=body)
+        reason.is_valid(raise_exception=True)
+        lifecycle.terminate_execution(execution_id=execution.id, reason=reason.validated_data["reason"])
+
+
+@extend_schema(summary="Pause: schedule and dispatch nothing new", request=None, responses=EXECUTION)
+class PauseView(_ActionView):
+    def act(self, execution, body):
+        lifecycle.pause_execution(execution_id=execution.id)
+
+
+@extend_schema(summary="Resume a paused execution", request=None, responses=EXECUTION)
+class ResumeView(_ActionView):
+    def act(self, execution, body):
+        lifecycle.resume_execution(execution_id=execution.id)
+
+
+@extend_schema(summary="Retry from the failed task", request=None, responses=EXECUTION)
+class RetryView(_ActionView):
+    def act(self, execution, body):
+        lifecycle.retry_execution(execution_id=execution.id)
+
+
+@extend_schema(summary="Restart from the beginning (same id, a new run)", request=None, responses=EXECUTION)
+class RestartView(_ActionView):
+    def act(self, execution, body):
+        lifecycle.restart_execution(execution_id=execution.id)
+
+
+@extend_schema(summary="Evaluate the execution now", request=None, responses=EXECUTION)
+class DecideView(_ActionView):
+    def act(self, execution, body):
+        executor.decide_now(execution.id)
+
+
+class MessagesView(NamespacedView):
+    scopes = {"POST": Scope.EXECUTIONS_WRITE}
+
+    @extend_schema(
+        summary="Post a message to an execution (for PULL_WORKFLOW_MESSAGES)",
+        request=serializers.JSONField,
+        responses={201: inline_serializer("MessageAccepted", fields={"id": serializers.IntegerField()})},
+    )
+    def post(self, request, ns, execution_id):
+        execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
+        if not execution.active:
+            raise Conflict(f"execution is {execution.status}; it takes no more messages")
+        with transaction.atomic():
+            execution = executor.lock_execution(execution.id)
+            message = Message.objects.create(execution=execution, payload=request.data, created_at=clock.now())
+            if execution.status == "RUNNING":
+                executor.decide_or_defer(execution)
+        return Response({"id": message.id}, status=status.HTTP_201_CREATED)

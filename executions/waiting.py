@@ -1,0 +1,55 @@
+"""Waiting tasks completed from outside: inbound webhooks (WAIT_FOR_WEBHOOK).
+
+HUMAN tasks complete through the result route without a lease (see
+``executions.results``); PULL_WORKFLOW_MESSAGES through posted messages; WAIT
+through its timer.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import transaction
+
+from executions import executor
+from executions.models import ExecutionStatus, Task, TaskStatus
+from metadata.expressions import ExpressionError, lookup, parse_path
+from nodeflow import clock
+from nodeflow.models import Namespace
+
+
+def matches(criteria: dict, body: dict) -> bool:
+    """``{"$.order.id": 42}``: every path in the body holds the given value."""
+    for path, expected in criteria.items():
+        text = path[2:] if path.startswith("$.") else path.lstrip("$")
+        try:
+            found = lookup(body, parse_path(text)) if text else body
+        except ExpressionError:
+            return False
+        if found != expected:
+            return False
+    return True
+
+
+def deliver_webhook(*, namespace: Namespace, name: str, body: dict[str, Any]) -> list[uuid.UUID]:
+    """Complete every waiting WAIT_FOR_WEBHOOK task named ``name`` whose
+    ``matches`` the body satisfies; returns their ids."""
+    candidates = Task.objects.filter(
+        namespace=namespace, type="WAIT_FOR_WEBHOOK", task_def_name=name, status=TaskStatus.IN_PROGRESS
+    ).values_list("id", "execution_id", "input")
+    completed = []
+    for task_id, execution_id, inputs in candidates:
+        if matches(inputs.get("matches") or {}, body) and _complete(task_id, execution_id, body):
+            completed.append(task_id)
+    return completed
+
+
+def _complete(task_id: uuid.UUID, execution_id: uuid.UUID, body: dict) -> bool:
+    with transaction.atomic():
+        execution = executor.lock_execution(execution_id)
+        updated = Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS).update(
+            status=TaskStatus.COMPLETED, output=body, ended_at=clock.now()
+        )
+        if updated and execution.status == ExecutionStatus.RUNNING:
+            executor.decide_or_defer(execution)
+        return bool(updated)
