@@ -1,0 +1,305 @@
+"""The benchmark behind ``manage.py nodeflow_bench`` (PostgreSQL only).
+
+It builds a throw-away database, starts the real server (gunicorn) and the
+decider and sweeper roles as separate processes, drives them with real HTTP
+workers (``nodeflow_worker``), and measures:
+
+(a) independent SIMPLE tasks completed per second, batched polls and results;
+(b) the same unbatched (one task per poll, one result per call);
+(c) a 10-step sequential workflow's end-to-end latency, p50/p99;
+(d) dispatch latency, ready → received by a long-polling worker, p50/p99;
+(e) database commits per completed task (``pg_stat_database.xact_commit``);
+and, in the same run, the baseline: pgbench single-row UPDATE TPS, 4 clients.
+
+Commit counts are read with the server stopped, so every backend has flushed
+its statistics. Starting the executions is measured (and counted) apart from
+draining them.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+
+from nodeflow_worker import Client
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+TASK = "bench_task"
+STEP = "bench_step"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@dataclass
+class Stack:
+    """The server and its roles, as separate processes, on one database."""
+
+    database_url: str
+    server_workers: int = 2
+    server_threads: int = 16
+    port: int = field(default_factory=free_port)
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    log: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nodeflow-bench-")) / "stack.log")
+
+    @property
+    def env(self) -> dict:
+        return {**os.environ, "DATABASE_URL": self.database_url, "CONN_MAX_AGE": "600", "LOG_LEVEL": "WARNING",
+                "PYTHONUNBUFFERED": "1"}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run([str(BIN / "python"), "manage.py", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, check=True)
+        return done.stdout
+
+    def _spawn(self, *args: str) -> None:
+        out = open(self.log, "a")  # noqa: SIM115 - lives as long as the process
+        self.processes.append(subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=out, stderr=out))
+
+    def start(self) -> None:
+        self._spawn(str(BIN / "gunicorn"), "nodeflow.wsgi", "-b", f"127.0.0.1:{self.port}", "-k", "gthread",
+                    "-w", str(self.server_workers), "--threads", str(self.server_threads), "--log-level", "warning")
+        self._spawn(str(BIN / "python"), "manage.py", "nodeflow_decider")
+        self._spawn(str(BIN / "python"), "manage.py", "nodeflow_sweeper")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"server did not start; see {self.log}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.processes.clear()
+
+
+class Bench:
+    def __init__(self, *, admin_url: str, tasks: int, unbatched_tasks: int, latency_runs: int, out: Callable[[str], None]):
+        self.admin_url = admin_url
+        self.db_name = "nodeflow_bench"
+        self.tasks, self.unbatched_tasks, self.latency_runs = tasks, unbatched_tasks, latency_runs
+        self.out = out
+        self.stack = Stack(database_url=with_database(admin_url, self.db_name))
+        self.results: dict = {}
+
+    # --- database --------------------------------------------------------
+    def admin(self, sql: str) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def commits(self) -> int:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [self.db_name]).fetchone()
+        return int(row[0])
+
+    def setup(self) -> Client:
+        self.admin(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
+        self.admin(f"CREATE DATABASE {self.db_name}")
+        self.stack.manage("migrate", "--noinput", "-v", "0")
+        key = self.stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin").strip().splitlines()[-1]
+        self.stack.start()
+        client = Client(self.stack.url, key)
+        self.register(client)
+        return client
+
+    def register(self, client: Client) -> None:
+        post = lambda path, body: client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()  # noqa: E731
+        for name in (TASK, STEP):
+            post("metadata/task-definitions", {"name": name, "retryCount": 0})
+        post("metadata/workflow-definitions", {"name": "bench_one", "tasks": [{"name": TASK, "taskReferenceName": "t"}]})
+        steps = [{"name": STEP, "taskReferenceName": f"s{i}"} for i in range(10)]
+        post("metadata/workflow-definitions", {"name": "bench_ten", "tasks": steps})
+        post("metadata/workflow-definitions", {"name": "bench_dispatch", "tasks": [{"name": "bench_dispatch", "taskReferenceName": "d"}]})
+
+    # --- phases ----------------------------------------------------------
+    def baseline(self) -> float:
+        """pgbench: single-row UPDATE, 4 clients, 10 seconds."""
+        name = "nodeflow_pgbench"
+        self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        self.admin(f"CREATE DATABASE {name}")
+        parts = urlsplit(self.admin_url)
+        conn = ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
+        subprocess.run(["pgbench", *conn, "-i", "-s", "1", "-q", name], check=True, capture_output=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+            script.write("\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n")
+        done = subprocess.run(["pgbench", *conn, "-n", "-c", "4", "-j", "2", "-T", "10", "-f", script.name, name],
+                              check=True, capture_output=True, text=True)
+        self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        return float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))
+
+    def start_many(self, client: Client, name: str, count: int) -> float:
+        started = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: client.start(name), range(count)))
+        return count / (time.monotonic() - started)
+
+    def drain(self, client: Client, *, count: int, batch: int, threads: int) -> float:
+        """Workers poll and complete until ``count`` tasks are done; tasks/s."""
+        done = 0
+        lock = threading.Lock()
+
+        def work() -> None:
+            nonlocal done
+            while True:
+                with lock:
+                    if done >= count:
+                        return
+                leased = client.poll(TASK, worker_id=threading.current_thread().name, count=batch, wait_s=1)
+                if not leased:
+                    continue
+                if batch > 1:
+                    client.results([(task, "COMPLETED", {"ok": True}) for task in leased])
+                else:
+                    client.complete(leased[0], {"ok": True})
+                with lock:
+                    done += len(leased)
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            for future in [pool.submit(work) for _ in range(threads)]:
+                future.result()
+        return count / (time.monotonic() - started)
+
+    def throughput(self, client: Client, *, label: str, count: int, batch: int, threads: int) -> dict:
+        before = self.commits()
+        self.stack.start() if not self.stack.processes else None
+        start_rate = self.start_many(client, "bench_one", count)
+        self.stack.stop()
+        after_start = self.commits()
+        self.stack.start()
+        rate = self.drain(client, count=count, batch=batch, threads=threads)
+        self.stack.stop()
+        after_drain = self.commits()
+        figures = {
+            "tasksPerSecond": round(rate, 1),
+            "startsPerSecond": round(start_rate, 1),
+            "commitsPerTaskDrain": round((after_drain - after_start) / count, 3),
+            "commitsPerTaskWithStart": round((after_drain - before) / count, 3),
+            "tasks": count,
+        }
+        self.out(f"({label}) {figures}")
+        return figures
+
+    def sequential_latency(self, client: Client) -> dict:
+        """One 10-step workflow at a time; the driver is its worker."""
+        latencies = []
+        for _ in range(self.latency_runs):
+            started = time.perf_counter()
+            client.start("bench_ten")
+            for _ in range(10):
+                leased = []
+                while not leased:
+                    leased = client.poll(STEP, worker_id="seq", count=1, wait_s=5)
+                client.complete(leased[0], {"ok": True})
+            latencies.append((time.perf_counter() - started) * 1000)
+        return {"p50Ms": round(percentile(latencies, 0.5), 2), "p99Ms": round(percentile(latencies, 0.99), 2),
+                "runs": len(latencies)}
+
+    def dispatch_latency(self, client: Client) -> dict:
+        """A worker waits in a long-poll; latency = receipt - scheduledAt."""
+        latencies: list[float] = []
+        stop = threading.Event()
+
+        def worker() -> None:
+            while not stop.is_set():
+                for task in client.poll("bench_dispatch", worker_id="dispatch", count=1, wait_s=2):
+                    received = dt.datetime.now(dt.UTC)
+                    scheduled = dt.datetime.fromisoformat(task.raw["scheduledAt"].replace("Z", "+00:00"))
+                    latencies.append((received - scheduled).total_seconds() * 1000)
+                    client.complete(task, {})
+
+        thread = threading.Thread(target=worker, daemon=True)
+        thread.start()
+        time.sleep(0.5)  # the worker is parked in its long-poll before the first start
+        for _ in range(self.latency_runs):
+            client.start("bench_dispatch")
+            time.sleep(0.05)  # one at a time: each start meets a waiting poller
+        deadline = time.monotonic() + 10
+        while len(latencies) < self.latency_runs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        thread.join(timeout=5)
+        return {"p50Ms": round(percentile(latencies, 0.5), 2), "p99Ms": round(percentile(latencies, 0.99), 2),
+                "runs": len(latencies)}
+
+    def run(self) -> dict:
+        self.out("baseline: pgbench single-row UPDATE, 4 clients …")
+        baseline = self.baseline()
+        self.out(f"baseline: {baseline:.0f} TPS")
+        client = self.setup()
+        try:
+            self.stack.stop()
+            batched = self.throughput(client, label="a: batched", count=self.tasks, batch=100, threads=4)
+            unbatched = self.throughput(client, label="b: unbatched", count=self.unbatched_tasks, batch=1, threads=16)
+            self.stack.start()
+            sequential = self.sequential_latency(client)
+            self.out(f"(c) 10-step workflow end to end: {sequential}")
+            dispatch = self.dispatch_latency(client)
+            self.out(f"(d) dispatch latency: {dispatch}")
+        finally:
+            self.stack.stop()
+            client.close()
+        return {
+            "baselinePgbenchUpdateTps": round(baseline, 1),
+            "batched": batched,
+            "unbatched": unbatched,
+            "batchedVsBaseline": round(batched["tasksPerSecond"] / baseline, 3),
+            "tenStepWorkflowLatency": sequential,
+            "dispatchLatency": dispatch,
+            "commitsPerTask": {
+                "unbatchedDrain": unbatched["commitsPerTaskDrain"], "unbatchedWithStart": unbatched["commitsPerTaskWithStart"],
+                "batchedDrain": batched["commitsPerTaskDrain"], "batchedWithStart": batched["commitsPerTaskWithStart"],
+            },
+            "machine": {"cpus": os.cpu_count()},
+        }
+
+
+def write_json(figures: dict, path: str) -> None:
+    Path(path).write_text(json.dumps(figures, indent=2) + "\n")

@@ -1,0 +1,29 @@
+"""``manage.py nodeflow_bench``: throughput, latency and commit figures, with a
+pgbench baseline from the same run. PostgreSQL only (see nodeflow/bench.py)."""
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from nodeflow.bench import Bench, with_database, write_json
+
+
+class Command(BaseCommand):
+    help = "Benchmark the server against a pgbench baseline (PostgreSQL)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--tasks", type=int, default=4000, help="tasks for the batched throughput run")
+        parser.add_argument("--unbatched-tasks", type=int, default=1500)
+        parser.add_argument("--latency-runs", type=int, default=100)
+        parser.add_argument("--json", default="bench-results.json", help="where to write the figures")
+
+    def handle(self, *args, tasks: int, unbatched_tasks: int, latency_runs: int, json: str, **options) -> None:
+        db = settings.DATABASES["default"]
+        if db["ENGINE"] != "django.db.backends.postgresql":
+            raise CommandError("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
+        admin_url = with_database(
+            f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/", "postgres"
+        )
+        bench = Bench(admin_url=admin_url, tasks=tasks, unbatched_tasks=unbatched_tasks,
+                      latency_runs=latency_runs, out=self.stdout.write)
+        figures = bench.run()
+        write_json(figures, json)
+        self.stdout.write(f"figures written to {json}")
