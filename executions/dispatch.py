@@ -13,6 +13,7 @@ import secrets
 import time
 
 from django.db import transaction
+from django.db.models import F
 
 from executions import notify
 from executions.models import Task, TaskStatus
@@ -52,18 +53,19 @@ def lease_tasks(*, namespace: Namespace, queue: str, worker_id: str, count: int)
         if not tasks:
             return []
         token = secrets.token_urlsafe(18)
+        by_expiry: dict[dt.datetime, list] = {}
         for task in tasks:
-            task.status = TaskStatus.IN_PROGRESS
-            task.started_at = now
-            task.worker_id = worker_id
-            task.lease_token = token
-            task.lease_expires_at = lease_expiry(task.policy, started_at=now, now=now)
-            task.last_heartbeat_at = now
+            expires = lease_expiry(task.policy, started_at=now, now=now)
+            by_expiry.setdefault(expires, []).append(task.id)
+            task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
+            task.lease_token, task.lease_expires_at, task.last_heartbeat_at = token, expires, now
             task.deliveries += 1
-        Task.objects.bulk_update(
-            tasks,
-            ["status", "started_at", "worker_id", "lease_token", "lease_expires_at", "last_heartbeat_at", "deliveries"],
-        )
+        # One UPDATE per distinct lease length (almost always one).
+        for expires, ids in by_expiry.items():
+            Task.objects.filter(pk__in=ids).update(
+                status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
+                lease_expires_at=expires, last_heartbeat_at=now, deliveries=F("deliveries") + 1,
+            )
     return tasks
 
 

@@ -12,6 +12,7 @@ import datetime as dt
 import functools
 import logging
 import uuid
+from collections.abc import Mapping
 
 from django.conf import settings
 from django.db import transaction
@@ -77,7 +78,7 @@ def load_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
         execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
         workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
         variables=execution.variables, rows=rows, now=now,
-        task_defs=_task_defs(execution), children=_children(rows), messages=_messages(execution, rows),
+        task_defs=_TaskDefs(execution), children=_children(rows), messages=_messages(execution, rows),
         depth=execution.depth, path_prefix=execution.path_prefix, run=execution.run,
         next_seq=execution.next_seq, evaluated_at=execution.evaluated_at, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
@@ -86,12 +87,32 @@ def load_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
     )
 
 
-def _task_defs(execution: Execution) -> dict[str, dict]:
-    names = _task_names(execution.snapshot_id, execution.workflow_key)
-    found = TaskDefinition.objects.filter(namespace_id=execution.namespace_id, name__in=names).values(
-        "name", *POLICY_COLUMNS.values()
-    )
-    return {row["name"]: {camel: row[column] for camel, column in POLICY_COLUMNS.items()} for row in found}
+class _TaskDefs(Mapping):
+    """The policies of the workflow's task definitions, read from the database
+    only if the decision schedules something (definitions are live, so they
+    are read afresh for each decision that needs them)."""
+
+    def __init__(self, execution: Execution) -> None:
+        self.execution = execution
+        self._loaded: dict[str, dict] | None = None
+
+    def _load(self) -> dict[str, dict]:
+        if self._loaded is None:
+            names = _task_names(self.execution.snapshot_id, self.execution.workflow_key)
+            found = TaskDefinition.objects.filter(namespace_id=self.execution.namespace_id, name__in=names).values(
+                "name", *POLICY_COLUMNS.values()
+            )
+            self._loaded = {row["name"]: {camel: row[c] for camel, c in POLICY_COLUMNS.items()} for row in found}
+        return self._loaded
+
+    def __getitem__(self, name: str) -> dict:
+        return self._load()[name]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
 
 
 def _children(rows: list[Row]) -> dict[uuid.UUID, Child]:
@@ -138,6 +159,36 @@ def decide_locked(execution: Execution) -> Decision | None:
     return decision
 
 
+def decide_new(execution: Execution) -> Decision:
+    """Insert a new execution with its first decision already applied: the
+    decision is made before the row exists (there are no tasks to read), so
+    the row goes in once, with its sequence and deadline set. With an
+    idempotency key the insert runs in a savepoint: a concurrent start with
+    the same key raises IntegrityError and leaves the transaction usable."""
+    now = clock.now()
+    decision = decide(_new_snapshot(execution, now))
+    for name, value in _execution_fields(execution, decision, now).items():
+        setattr(execution, name, value)
+    if execution.idempotency_key:
+        with transaction.atomic():
+            execution.save(force_insert=True)
+    else:
+        execution.save(force_insert=True)
+    apply(execution, decision, now, execution_fields=False)
+    return decision
+
+
+def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
+    return Snapshot(
+        execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
+        workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
+        variables=execution.variables, rows=[], now=now, task_defs=_TaskDefs(execution),
+        depth=execution.depth, path_prefix=execution.path_prefix, deadline=execution.deadline,
+        correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
+        parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
+    )
+
+
 def decide_now(execution_id: uuid.UUID) -> Decision | None:
     """Lock, decide and apply, in a transaction of its own (or the caller's)."""
     with transaction.atomic():
@@ -171,7 +222,7 @@ def request_decision(execution_id: uuid.UUID, due_at: dt.datetime | None = None)
 
 # --- applying -------------------------------------------------------------
 
-def apply(execution: Execution, decision: Decision, now: dt.datetime) -> None:
+def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> None:
     _insert_rows(execution, decision.created)
     _update_rows(decision.updated, now)
     Timer.objects.bulk_create(
@@ -179,7 +230,7 @@ def apply(execution: Execution, decision: Decision, now: dt.datetime) -> None:
     )
     for task_id, message_ids in decision.consumed_messages.items():
         Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
-    fields = _execution_fields(execution, decision, now)
+    fields = _execution_fields(execution, decision, now) if execution_fields else {}
     if fields:
         for name, value in fields.items():
             setattr(execution, name, value)

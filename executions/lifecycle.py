@@ -8,13 +8,14 @@ import logging
 import uuid
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from executions import executor, notify
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
 from executions.state import FAILURE, Ending, StartChild
 from metadata import workflows
 from metadata.baking import bake
-from metadata.models import WorkflowSnapshot
+from metadata.models import WorkflowSnapshot, WorkflowVersion
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
@@ -27,6 +28,16 @@ ENDED = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.TIME
 def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> WorkflowSnapshot:
     """The snapshot an execution of ``name`` runs: the published bake, or for a
     named version its last bake (a never-published draft is baked now)."""
+    if version is None:
+        # The hot path: one query for the published version's snapshot id;
+        # the body comes from the process's cache (snapshots never change).
+        found = WorkflowVersion.objects.filter(
+            definition__namespace=namespace, definition__name=name, version=F("definition__published_version"),
+            snapshot__isnull=False,
+        ).values_list("snapshot_id", "version").first()
+        if found is not None:
+            return WorkflowSnapshot(id=found[0], namespace=namespace, name=name, version=found[1],
+                                    body=executor.snapshot_body(found[0]))
     row = workflows.get_version(namespace=namespace, name=name, version=version)
     if row.snapshot_id is not None:
         return row.snapshot
@@ -36,9 +47,11 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
 
 def get_execution(*, namespace: Namespace, execution_id: uuid.UUID | str) -> Execution:
     try:
-        found = Execution.objects.filter(namespace=namespace, pk=execution_id).first()
-    except (ValueError, TypeError):  # not a UUID
-        found = None
+        # Parsed here: the ORM answers a malformed id with a ValidationError (a 500).
+        pk = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
+    except ValueError:
+        pk = None
+    found = Execution.objects.filter(namespace=namespace, pk=pk).first() if pk else None
     if found is None:
         raise NotFound(f"execution '{execution_id}' does not exist")
     return found
@@ -59,18 +72,19 @@ def start_execution(
         key = snapshot.body["root"]
         workflow = snapshot.body["workflows"][key]
         now = clock.now()
+        execution = Execution(
+            namespace=namespace, name=name, version=snapshot.version, snapshot_id=snapshot.id, workflow_key=key,
+            input=input or {}, variables=dict(workflow.get("variables") or {}),
+            correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
+            created_at=now, started_at=now,
+        )
         try:
-            with transaction.atomic():
-                execution = Execution.objects.create(
-                    namespace=namespace, name=name, version=snapshot.version, snapshot=snapshot, workflow_key=key,
-                    input=input or {}, variables=dict(workflow.get("variables") or {}),
-                    correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
-                    created_at=now, started_at=now,
-                )
+            executor.decide_new(execution)
         except IntegrityError:
+            if not idempotency_key:
+                raise
             # A concurrent start with the same idempotency key won.
             return Execution.objects.get(namespace=namespace, idempotency_key=idempotency_key), False
-        executor.decide_locked(execution)
         return execution, True
 
 
@@ -193,7 +207,14 @@ def retry_execution(*, execution_id: uuid.UUID) -> Execution:
             if row.status not in FAILURE:
                 continue
             if row.kind == "operator" and row.type != "SUB_WORKFLOW":
-                Task.objects.filter(pk=row.id).update(status=TaskStatus.IN_PROGRESS, ended_at=None, reason_for_incompletion="")
+                # A fork or loop failed by a task inside it reopens. One that
+                # failed evaluating itself (a SWITCH expression, a dynamic
+                # fork's items) stays failed: reopened, it would run with no
+                # case or no items; evaluated again, it fails the same way.
+                if row.status != TaskStatus.FAILED_WITH_TERMINAL_ERROR:
+                    Task.objects.filter(pk=row.id).update(
+                        status=TaskStatus.IN_PROGRESS, ended_at=None, reason_for_incompletion=""
+                    )
                 continue
             _new_attempt(row, seq, now)
             seq += 1

@@ -57,8 +57,9 @@ def _check(task: Task, result: Result, *, human: bool) -> None:
         raise _stale(task)
 
 
-def _write(task: Task, result: Result, now: dt.datetime, *, human: bool) -> bool:
-    """Apply one checked result; True if the execution should be decided."""
+def _write(task: Task, result: Result, now: dt.datetime, *, human: bool, paused: bool = False) -> bool:
+    """Apply one checked result; True if the execution should be decided.
+    ``paused``: the execution is paused, so a task put back is held."""
     fields: dict[str, Any] = {"output": result.output or task.output}
     if result.logs:
         fields["logs"] = (task.logs + [{"at": now.isoformat(), "log": str(line)} for line in result.logs])[-MAX_LOG_ENTRIES:]
@@ -66,7 +67,7 @@ def _write(task: Task, result: Result, now: dt.datetime, *, human: bool) -> bool
         if result.callback_after_s > 0:
             # "Not done; offer it again later": back to the queue, same attempt.
             fields.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
-                          available_at=now + dt.timedelta(seconds=result.callback_after_s))
+                          available_at=now + dt.timedelta(seconds=result.callback_after_s), held=paused)
         else:
             fields.update(lease_expires_at=lease_expiry(task.policy, started_at=task.started_at or now, now=now),
                           last_heartbeat_at=now)
@@ -85,26 +86,29 @@ def _write(task: Task, result: Result, now: dt.datetime, *, human: bool) -> bool
 
 def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
     """Apply one result (and the decision it causes)."""
-    execution_id = Task.objects.filter(pk=result.task_id, namespace=namespace).values_list("execution_id", flat=True).first()
-    if execution_id is None:
-        raise NotFound(f"task '{result.task_id}' does not exist")
     with transaction.atomic():
+        execution_id = (
+            Task.objects.filter(pk=result.task_id, namespace=namespace).values_list("execution_id", flat=True).first()
+        )
+        if execution_id is None:
+            raise NotFound(f"task '{result.task_id}' does not exist")
         execution = executor.lock_execution(execution_id)
         task = Task.objects.get(pk=result.task_id)
         _check(task, result, human=human)
-        if _write(task, result, clock.now(), human=human) and execution.status == ExecutionStatus.RUNNING:
+        paused = execution.status == ExecutionStatus.PAUSED
+        if _write(task, result, clock.now(), human=human, paused=paused) and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution)
-    return Task.objects.get(pk=result.task_id)
+        return Task.objects.get(pk=result.task_id)
 
 
 def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]:
     """Apply a batch; one answer per result, in order. One bad item never
     spoils the others."""
-    owners = dict(
-        Task.objects.filter(pk__in=[r.task_id for r in results], namespace=namespace).values_list("id", "execution_id")
-    )
     answers: list[dict] = []
     with transaction.atomic():
+        owners = dict(
+            Task.objects.filter(pk__in=[r.task_id for r in results], namespace=namespace).values_list("id", "execution_id")
+        )
         locked = {
             e.id: e
             for e in Execution.objects.select_for_update().filter(pk__in=set(owners.values())).order_by("id")
@@ -126,8 +130,9 @@ def _apply_one(result, tasks, locked, owners, touched, now) -> dict:
         return {"taskId": str(result.task_id), "status": 404, "error": "NOT_FOUND"}
     try:
         _check(task, result, human=False)
-        if _write(task, result, now, human=False):
-            touched[owners[task.id]] = locked[owners[task.id]]
+        execution = locked[owners[task.id]]
+        if _write(task, result, now, human=False, paused=execution.status == ExecutionStatus.PAUSED):
+            touched[execution.id] = execution
         task.status = TaskStatus.IN_PROGRESS if result.status == TaskStatus.IN_PROGRESS else result.status
         task.lease_token = task.lease_token if result.status == TaskStatus.IN_PROGRESS and not result.callback_after_s else None
     except ApiError as exc:

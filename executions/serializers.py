@@ -127,6 +127,7 @@ def leased_view(task: Task) -> dict:
         "idempotencyKey": task.idempotency_key,
         "leaseToken": task.lease_token,
         "leaseExpiresAt": iso(task.lease_expires_at),
+        "scheduledAt": iso(task.scheduled_at),
     }
 
 

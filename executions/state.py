@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 SUCCESS = frozenset({"COMPLETED", "COMPLETED_WITH_ERRORS", "SKIPPED"})
@@ -91,7 +92,7 @@ class Snapshot:
     variables: dict
     rows: list[Row]  # every attempt of the current run, in seq order
     now: dt.datetime
-    task_defs: dict[str, dict]  # policy and controls by task-definition name
+    task_defs: Mapping[str, dict]  # retry and timeout policy by task-definition name
     children: dict[uuid.UUID, Child] = field(default_factory=dict)
     messages: list[tuple[int, Any]] = field(default_factory=list)  # (id, payload), oldest first
     depth: int = 0

@@ -76,8 +76,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         key = resolve_api_key(raw.strip())
         if key is None:
             raise exceptions.AuthenticationFailed("unknown or revoked API key")
-        namespace = key.namespace.name if key.namespace_id else None
-        return Principal(role=key.role, namespace=namespace, label=f"key {key.prefix}", key_id=key.pk), key
+        return Principal(role=key.role, namespace=key.namespace, label=f"key {key.prefix}", key_id=key.id), key
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) when no credentials were given.

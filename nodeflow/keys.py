@@ -1,5 +1,13 @@
-"""API-key services: create, revoke, list, and resolve a presented key."""
+"""API-key and namespace services: create, revoke, and resolve what a request
+names. Resolutions are cached in-process for ``CACHE_S`` seconds, so a
+request costs no database round trip for its key or namespace; a key revoked
+in another process stops working within that time (at once in this one).
+"""
 from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
 
 from django.db import transaction
 
@@ -32,13 +40,53 @@ def create_api_key(*, role: str, namespace: str | None, name: str = "") -> tuple
 
 def revoke_api_key(*, key_id: int) -> bool:
     """Revoke a key; False if it does not exist or was already revoked."""
-    return ApiKey.objects.filter(pk=key_id, revoked_at__isnull=True).update(revoked_at=clock.now()) == 1
+    revoked = ApiKey.objects.filter(pk=key_id, revoked_at__isnull=True).update(revoked_at=clock.now()) == 1
+    clear_caches()
+    return revoked
 
 
-def resolve_api_key(raw: str) -> ApiKey | None:
-    """The active key matching ``raw``, or None."""
-    return (
-        ApiKey.objects.select_related("namespace")
-        .filter(key_hash=hash_key(raw), revoked_at__isnull=True)
-        .first()
-    )
+CACHE_S = 5.0
+_lock = threading.Lock()
+_keys: dict[str, tuple[float, "ResolvedKey"]] = {}
+_namespaces: dict[str, tuple[float, Namespace]] = {}
+
+
+@dataclass(frozen=True)
+class ResolvedKey:
+    id: int
+    role: str
+    namespace: str | None
+    prefix: str
+
+
+def clear_caches() -> None:
+    with _lock:
+        _keys.clear()
+        _namespaces.clear()
+
+
+def resolve_api_key(raw: str) -> ResolvedKey | None:
+    """The active key matching ``raw``, or None. Unknown keys are not cached:
+    a key just created in another process works at once."""
+    digest = hash_key(raw)
+    hit = _keys.get(digest)
+    if hit is not None and hit[0] > time.monotonic():
+        return hit[1]
+    row = ApiKey.objects.select_related("namespace").filter(key_hash=digest, revoked_at__isnull=True).first()
+    if row is None:
+        return None
+    key = ResolvedKey(row.pk, row.role, row.namespace.name if row.namespace_id else None, row.prefix)
+    with _lock:
+        _keys[digest] = (time.monotonic() + CACHE_S, key)
+    return key
+
+
+def find_namespace(name: str) -> Namespace | None:
+    hit = _namespaces.get(name)
+    if hit is not None and hit[0] > time.monotonic():
+        return hit[1]
+    found = Namespace.objects.filter(name=name).first()
+    if found is not None:
+        with _lock:
+            _namespaces[name] = (time.monotonic() + CACHE_S, found)
+    return found

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nodeflow.errors import NotFound, PayloadTooLarge
+from nodeflow.keys import find_namespace
 from nodeflow.models import Namespace
 
 
@@ -27,7 +28,7 @@ class NamespacedView(APIView):
     @cached_property
     def namespace(self) -> Namespace:
         name = self.kwargs["ns"]
-        found = Namespace.objects.filter(name=name).first()
+        found = find_namespace(name)
         if found is None:
             raise NotFound(f"namespace '{name}' does not exist")
         return found

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Callable
 
 import pytest
@@ -9,14 +11,18 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from nodeflow import clock
-from nodeflow.keys import create_api_key
+from nodeflow.keys import clear_caches, create_api_key
 
 
 @pytest.fixture(autouse=True)
-def _reset_clock():
+def _reset_process_state():
+    """The clock, and the in-process key/namespace caches (rows are rolled
+    back between tests; cached ones must go with them)."""
     clock.reset()
+    clear_caches()
     yield
     clock.reset()
+    clear_caches()
 
 
 @pytest.fixture
@@ -81,3 +87,50 @@ def api_for(make_key) -> Callable[..., Api]:
 @pytest.fixture
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot_cache():
+    """The executor caches snapshot bodies by id for the life of a process;
+    each test rolls its rows back, so ids are reused (SQLite) and a cached
+    body from an earlier test would be wrong."""
+    from executions import executor
+
+    executor.snapshot_body.cache_clear()
+    executor._task_names.cache_clear()
+    yield
+
+
+@pytest.fixture
+def frozen_clock():
+    """Freeze nodeflow.clock at a fixed instant; move it with clock.advance."""
+    import datetime as dt
+
+    instant = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+    with clock.travel_to(instant):
+        yield instant
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_notify_listener(request):
+    """A poll on PostgreSQL starts the process's LISTEN thread, whose own
+    connection would keep the test database from being dropped at the end of
+    the session. Close that session first: requesting the database set-up
+    makes this fixture's teardown run before the database is dropped."""
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        yield
+        return
+    blocker = request.getfixturevalue("django_db_blocker")
+    request.getfixturevalue("django_db_setup")
+    yield
+    from executions import notify
+
+    listener = notify._listener
+    if listener is None or not listener.is_alive():
+        return
+    logging.getLogger(notify.__name__).setLevel(logging.CRITICAL)  # its reconnect attempts are expected now
+    with blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
