@@ -12,7 +12,7 @@ import datetime as dt
 import secrets
 import time
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from executions import notify
@@ -30,7 +30,17 @@ LISTEN_RECHECK_S = 1.0
 POLL_RECHECK_S = 0.05
 
 
+def lease_seconds(policy: dict) -> float:
+    """How long a lease lasts from the moment it is taken: the heartbeat
+    timeout, capped by the start-to-close timeout; without either, the default."""
+    heartbeat = float(policy.get("heartbeatTimeout") or 0)
+    start_to_close = float(policy.get("startToCloseTimeout") or 0)
+    seconds = heartbeat or start_to_close or DEFAULT_LEASE_S
+    return min(seconds, start_to_close) if start_to_close > 0 else seconds
+
+
 def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> dt.datetime:
+    """When a lease renewed ``now`` expires: never past startedAt + startToClose."""
     heartbeat = float(policy.get("heartbeatTimeout") or 0)
     start_to_close = float(policy.get("startToCloseTimeout") or 0)
     expires = now + dt.timedelta(seconds=heartbeat or start_to_close or DEFAULT_LEASE_S)
@@ -42,6 +52,9 @@ def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> 
 def lease_tasks(*, namespace: Namespace, queue: str, worker_id: str, count: int) -> list[Task]:
     """Lease up to ``count`` ready tasks of ``queue``, highest priority first."""
     now = clock.now()
+    token = secrets.token_urlsafe(18)
+    if connection.vendor == "postgresql":
+        return _lease_postgres(namespace.id, queue, worker_id, count, token, now)
     with transaction.atomic():
         tasks = list(
             Task.objects.filter(
@@ -50,23 +63,45 @@ def lease_tasks(*, namespace: Namespace, queue: str, worker_id: str, count: int)
             .order_by("-priority", "available_at")
             .select_for_update(skip_locked=True)[:count]
         )
-        if not tasks:
-            return []
-        token = secrets.token_urlsafe(18)
-        by_expiry: dict[dt.datetime, list] = {}
+        by_length: dict[float, list] = {}
         for task in tasks:
-            expires = lease_expiry(task.policy, started_at=now, now=now)
-            by_expiry.setdefault(expires, []).append(task.id)
+            by_length.setdefault(task.lease_seconds, []).append(task.id)
             task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
-            task.lease_token, task.lease_expires_at, task.last_heartbeat_at = token, expires, now
+            task.lease_token, task.last_heartbeat_at = token, now
+            task.lease_expires_at = now + dt.timedelta(seconds=task.lease_seconds)
             task.deliveries += 1
         # One UPDATE per distinct lease length (almost always one).
-        for expires, ids in by_expiry.items():
+        for seconds, ids in by_length.items():
             Task.objects.filter(pk__in=ids).update(
                 status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
-                lease_expires_at=expires, last_heartbeat_at=now, deliveries=F("deliveries") + 1,
+                lease_expires_at=now + dt.timedelta(seconds=seconds), last_heartbeat_at=now,
+                deliveries=F("deliveries") + 1,
             )
     return tasks
+
+
+# The dequeue on PostgreSQL: one statement, one round trip, one commit. The
+# inner SELECT walks the partial index task_ready in (priority, availability)
+# order and skips rows another poller holds.
+_LEASE_SQL = """
+UPDATE executions_task AS t
+   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
+       lease_expires_at = %(now)s + make_interval(secs => t.lease_seconds),
+       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
+ WHERE t.id IN (
+       SELECT id FROM executions_task
+        WHERE namespace_id = %(ns)s AND queue = %(queue)s AND status = 'SCHEDULED' AND NOT held
+          AND available_at <= %(now)s
+        ORDER BY priority DESC, available_at
+        LIMIT %(count)s
+          FOR UPDATE SKIP LOCKED)
+RETURNING t.*
+"""
+
+
+def _lease_postgres(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
+    params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
+    return list(Task.objects.raw(_LEASE_SQL, params))
 
 
 def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s: float) -> list[Task]:

@@ -12,19 +12,18 @@ import datetime as dt
 import functools
 import logging
 import uuid
-from collections.abc import Mapping
 
 from django.conf import settings
 from django.db import transaction
 
 from executions import lifecycle, notify
 from executions.decider import decide
+from executions.dispatch import lease_seconds
 from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
 from executions.retry import BUDGET_WINDOW_S
 from executions.state import FAILURE, Child, Decision, Row, Snapshot
-from metadata.models import TaskDefinition, WorkflowSnapshot
-from metadata.serializers import POLICY_COLUMNS
-from metadata.tree import walk_tasks
+from metadata import taskdefs
+from metadata.models import WorkflowSnapshot
 from nodeflow import clock
 
 log = logging.getLogger(__name__)
@@ -44,12 +43,6 @@ class StaleDecision(Exception):
 def snapshot_body(snapshot_id: int) -> dict:
     """Snapshots are immutable, so each process can keep them."""
     return WorkflowSnapshot.objects.values_list("body", flat=True).get(pk=snapshot_id)
-
-
-@functools.lru_cache(maxsize=1024)
-def _task_names(snapshot_id: int, workflow_key: str) -> tuple[str, ...]:
-    workflow = snapshot_body(snapshot_id)["workflows"][workflow_key]
-    return tuple(sorted({task["name"] for task, _ in walk_tasks(workflow["tasks"])}))
 
 
 def workflow_of(execution: Execution) -> dict:
@@ -78,41 +71,13 @@ def load_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
         execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
         workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
         variables=execution.variables, rows=rows, now=now,
-        task_defs=_TaskDefs(execution), children=_children(rows), messages=_messages(execution, rows),
+        task_defs=taskdefs.policies(execution.namespace_id), children=_children(rows), messages=_messages(execution, rows),
         depth=execution.depth, path_prefix=execution.path_prefix, run=execution.run,
         next_seq=execution.next_seq, evaluated_at=execution.evaluated_at, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
         parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
         budgets=_budgets(execution, rows, now),
     )
-
-
-class _TaskDefs(Mapping):
-    """The policies of the workflow's task definitions, read from the database
-    only if the decision schedules something (definitions are live, so they
-    are read afresh for each decision that needs them)."""
-
-    def __init__(self, execution: Execution) -> None:
-        self.execution = execution
-        self._loaded: dict[str, dict] | None = None
-
-    def _load(self) -> dict[str, dict]:
-        if self._loaded is None:
-            names = _task_names(self.execution.snapshot_id, self.execution.workflow_key)
-            found = TaskDefinition.objects.filter(namespace_id=self.execution.namespace_id, name__in=names).values(
-                "name", *POLICY_COLUMNS.values()
-            )
-            self._loaded = {row["name"]: {camel: row[c] for camel, c in POLICY_COLUMNS.items()} for row in found}
-        return self._loaded
-
-    def __getitem__(self, name: str) -> dict:
-        return self._load()[name]
-
-    def __iter__(self):
-        return iter(self._load())
-
-    def __len__(self) -> int:
-        return len(self._load())
 
 
 def _children(rows: list[Row]) -> dict[uuid.UUID, Child]:
@@ -182,7 +147,7 @@ def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
     return Snapshot(
         execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
         workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
-        variables=execution.variables, rows=[], now=now, task_defs=_TaskDefs(execution),
+        variables=execution.variables, rows=[], now=now, task_defs=taskdefs.policies(execution.namespace_id),
         depth=execution.depth, path_prefix=execution.path_prefix, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
         parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
@@ -271,7 +236,8 @@ def _insert_rows(execution: Execution, rows: list[Row]) -> None:
             task_def_name=row.task_def_name, queue=row.queue, status=row.status, optional=row.optional,
             attempt=row.attempt, priority=execution.priority, policy=row.policy, input=row.input,
             output=row.output, reason_for_incompletion=row.reason,
-            idempotency_key=idempotency_key(execution, row.path), scheduled_at=row.scheduled_at,
+            idempotency_key=idempotency_key(execution, row.path), lease_seconds=lease_seconds(row.policy),
+            scheduled_at=row.scheduled_at,
             available_at=row.available_at, first_scheduled_at=row.first_scheduled_at,
             started_at=row.started_at, ended_at=row.ended_at, child_execution_id=row.child_execution_id,
         )

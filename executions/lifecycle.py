@@ -228,7 +228,8 @@ def _new_attempt(row: Task, seq: int, now: dt.datetime) -> Task:
         execution_id=row.execution_id, namespace_id=row.namespace_id, run=row.run, seq=seq, ref=row.ref,
         path=row.path, type=row.type, kind=row.kind, task_def_name=row.task_def_name, queue=row.queue,
         status=TaskStatus.SCHEDULED, optional=row.optional, attempt=row.attempt + 1, priority=row.priority,
-        policy=row.policy, input=row.input, idempotency_key=row.idempotency_key, scheduled_at=now,
+        policy=row.policy, input=row.input, idempotency_key=row.idempotency_key,
+        lease_seconds=row.lease_seconds, scheduled_at=now,
         available_at=now, first_scheduled_at=now,
     )
 

@@ -129,6 +129,7 @@ class Task(models.Model):
     worker_id = models.CharField(max_length=256, blank=True, default="")
     lease_token = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_seconds = models.FloatField(default=300.0, help_text="Length of a lease, from the policy (dispatch.lease_seconds).")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     deliveries = models.PositiveIntegerField(default=0)
     child_execution_id = models.UUIDField(null=True, blank=True)

@@ -75,7 +75,9 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 DEFAULT_SQLITE_PATH = VAR_DIR / "nodeflow.sqlite3"
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DEFAULT_SQLITE_PATH}")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Off by default: a health check is a query (and a commit) per request. After a
+# database restart a stale persistent connection fails one request, then reconnects.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", default=False)
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _name = DATABASES["default"]["NAME"]

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from metadata.taskdefs import forget_policies
 from nodeflow import clock
 from nodeflow.keys import clear_caches, create_api_key
 
@@ -20,9 +21,11 @@ def _reset_process_state():
     back between tests; cached ones must go with them)."""
     clock.reset()
     clear_caches()
+    forget_policies()
     yield
     clock.reset()
     clear_caches()
+    forget_policies()
 
 
 @pytest.fixture
@@ -97,7 +100,6 @@ def _fresh_snapshot_cache():
     from executions import executor
 
     executor.snapshot_body.cache_clear()
-    executor._task_names.cache_clear()
     yield
 
 
