@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import logging
 import uuid
 
@@ -64,8 +65,11 @@ def to_row(task: Task) -> Row:
     )
 
 
-def load_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
-    tasks = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
+def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | None = None) -> Snapshot:
+    """Everything the decider may know about ``execution``; ``tasks`` are its
+    current run's rows when the caller has read them already."""
+    if tasks is None:
+        tasks = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
     rows = [to_row(task) for task in tasks]
     return Snapshot(
         execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
@@ -167,12 +171,32 @@ def decide_now(execution_id: uuid.UUID) -> Decision | None:
 def decide_or_defer(execution: Execution) -> None:
     """Decide inline; if the decider fails, keep what the caller wrote and
     leave a decide request for the decider role to retry and log."""
-    try:
-        with transaction.atomic():
-            decide_locked(execution)
-    except Exception:  # noqa: BLE001 - the task result must not be lost to a decider bug
-        log.exception("decision for %s failed; deferred to the decider role", execution.id)
-        request_decision(execution.id)
+    decide_many([execution])
+
+
+def decide_many(executions: list[Execution]) -> None:
+    """Decide executions the caller holds locked, together: one query for all
+    their tasks, one insert for every new task, one update for their changed
+    fields. A decider that raises for one execution leaves a decide request
+    for it (logged, retried by the decider role) and spoils no other; what the
+    caller wrote stays."""
+    running = [e for e in executions if e.status == ExecutionStatus.RUNNING and not e.awaiting_admission]
+    if not running:
+        return
+    now = clock.now()
+    runs = {e.id: e.run for e in running}
+    tasks: dict[uuid.UUID, list[Task]] = {e.id: [] for e in running}
+    for task in Task.objects.filter(execution_id__in=list(runs)).order_by("seq"):
+        if task.run == runs[task.execution_id]:
+            tasks[task.execution_id].append(task)
+    decisions = []
+    for execution in running:
+        try:
+            decisions.append((execution, decide(load_snapshot(execution, now, tasks[execution.id]))))
+        except Exception:  # noqa: BLE001 - a task result must not be lost to a decider bug
+            log.exception("decision for %s failed; deferred to the decider role", execution.id)
+            request_decision(execution.id)
+    apply_many(decisions, now)
 
 
 def request_decision(execution_id: uuid.UUID, due_at: dt.datetime | None = None) -> None:
@@ -187,28 +211,69 @@ def request_decision(execution_id: uuid.UUID, due_at: dt.datetime | None = None)
 
 # --- applying -------------------------------------------------------------
 
+def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) -> None:
+    """Apply several decisions with as few statements as the common case
+    allows; the rarer parts (children, endings) go one by one."""
+    if len(decisions) == 1:
+        apply(*decisions[0], now)
+        return
+    _insert_rows_of(decisions)
+    # Executions whose changes are the same (many runs completing alike) are
+    # updated by one statement per distinct change.
+    groups: dict[str, tuple[dict, list[uuid.UUID]]] = {}
+    for execution, decision in decisions:
+        _update_rows(decision.updated, now)
+        updates = _execution_fields(execution, decision, now)
+        for name, value in updates.items():
+            setattr(execution, name, value)
+        if updates:
+            key = json.dumps(updates, sort_keys=True, default=str)
+            groups.setdefault(key, (updates, []))[1].append(execution.id)
+    Timer.objects.bulk_create([
+        Timer(kind=t.kind, execution_id=e.id, task_id=t.task_id, due_at=t.due_at) for e, d in decisions for t in d.timers
+    ])
+    for updates, ids in groups.values():
+        Execution.objects.filter(pk__in=ids).update(**updates, updated_at=now)
+    for execution, decision in decisions:
+        _follow_up(execution, decision)
+    _notify_ready(decisions)
+
+
+def _insert_rows_of(decisions: list[tuple[Execution, Decision]]) -> None:
+    Task.objects.bulk_create([_task_of(e, row) for e, d in decisions for row in d.created])
+
+
+def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
+    ready = {(e.namespace_id, row.queue, row.kind) for e, d in decisions for row in d.created if row.queue}
+    for namespace_id, queue, kind in ready:
+        notify.task_ready(namespace_id, queue, kind)
+
+
 def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> None:
-    _insert_rows(execution, decision.created)
+    Task.objects.bulk_create([_task_of(execution, row) for row in decision.created])
     _update_rows(decision.updated, now)
     Timer.objects.bulk_create(
         [Timer(kind=t.kind, execution_id=execution.id, task_id=t.task_id, due_at=t.due_at) for t in decision.timers]
     )
-    for task_id, message_ids in decision.consumed_messages.items():
-        Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
     fields = _execution_fields(execution, decision, now) if execution_fields else {}
     if fields:
         for name, value in fields.items():
             setattr(execution, name, value)
         Execution.objects.filter(pk=execution.id).update(**fields, updated_at=now)
+    _follow_up(execution, decision)
+    _notify_ready([(execution, decision)])
+
+
+def _follow_up(execution: Execution, decision: Decision) -> None:
+    """The parts of a decision that reach beyond the execution's own rows."""
+    for task_id, message_ids in decision.consumed_messages.items():
+        Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
     for child in decision.children:
         lifecycle.start_child(parent=execution, request=child)
     for child_id in decision.cancel_children:
         lifecycle.terminate_execution(execution_id=child_id, reason="parent task canceled", cascade_from_parent=True)
     if decision.ending is not None:
         lifecycle.after_end(execution, decision.ending)
-    queues = {(row.queue, row.kind) for row in decision.created if row.queue}
-    for queue, kind in queues:
-        notify.task_ready(execution.namespace_id, queue, kind)
 
 
 def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime) -> dict:
@@ -228,21 +293,17 @@ def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime
     return fields
 
 
-def _insert_rows(execution: Execution, rows: list[Row]) -> None:
-    Task.objects.bulk_create([
-        Task(
-            id=row.id, execution_id=execution.id, namespace_id=execution.namespace_id, run=execution.run,
-            seq=row.seq, ref=row.ref, path=row.path, type=row.type, kind=row.kind,
-            task_def_name=row.task_def_name, queue=row.queue, status=row.status, optional=row.optional,
-            attempt=row.attempt, priority=execution.priority, policy=row.policy, input=row.input,
-            output=row.output, reason_for_incompletion=row.reason,
-            idempotency_key=idempotency_key(execution, row.path), lease_seconds=lease_seconds(row.policy),
-            scheduled_at=row.scheduled_at,
-            available_at=row.available_at, first_scheduled_at=row.first_scheduled_at,
-            started_at=row.started_at, ended_at=row.ended_at, child_execution_id=row.child_execution_id,
-        )
-        for row in rows
-    ])
+def _task_of(execution: Execution, row: Row) -> Task:
+    return Task(
+        id=row.id, execution_id=execution.id, namespace_id=execution.namespace_id, run=execution.run,
+        seq=row.seq, ref=row.ref, path=row.path, type=row.type, kind=row.kind,
+        task_def_name=row.task_def_name, queue=row.queue, status=row.status, optional=row.optional,
+        attempt=row.attempt, priority=execution.priority, policy=row.policy, input=row.input,
+        output=row.output, reason_for_incompletion=row.reason,
+        idempotency_key=idempotency_key(execution, row.path), lease_seconds=lease_seconds(row.policy),
+        scheduled_at=row.scheduled_at, available_at=row.available_at, first_scheduled_at=row.first_scheduled_at,
+        started_at=row.started_at, ended_at=row.ended_at, child_execution_id=row.child_execution_id,
+    )
 
 
 def idempotency_key(execution: Execution, path: str) -> str:

@@ -118,9 +118,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
         now = clock.now()
         for result in results:
             answers.append(_apply_one(result, tasks, locked, owners, touched, now))
-        for execution in touched.values():
-            if execution.status == ExecutionStatus.RUNNING:
-                executor.decide_or_defer(execution)
+        executor.decide_many(list(touched.values()))
     return answers
 
 
