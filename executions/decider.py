@@ -310,6 +310,12 @@ class _Walk:
         return RUNNING_OUTCOME
 
     def begin_pull_workflow_messages(self, task: dict, row: Row, scope: Scope) -> Outcome:
+        if not self.snap.messages:
+            # The executor reads messages only while a PULL task already waits,
+            # so ones posted before this task began are not in the snapshot:
+            # evaluate again at once, when they will be.
+            self.decision.timers.append(TimerSpec("DECIDE", self.now, row.id))
+            return RUNNING_OUTCOME
         return self.progress_pull_workflow_messages(task, row, scope)
 
     def begin_sub_workflow(self, task: dict, row: Row, scope: Scope) -> Outcome:
@@ -485,7 +491,10 @@ class _Walk:
         if child.status == "COMPLETED":
             self.finish(row, "COMPLETED", output={**child.output, "subWorkflowId": str(child.id)})
             return Outcome(DONE, output=row.output)
-        self.finish(row, "FAILED", reason=f"sub-workflow {child.id} {child.status}: {child.reason}")
+        # A terminated child is not retried or absorbed by ``optional``: that
+        # would swallow the terminate (SPEC §6). Its task ends CANCELED.
+        status = "CANCELED" if child.status == "TERMINATED" else "FAILED"
+        self.finish(row, status, reason=f"sub-workflow {child.id} {child.status}: {child.reason}")
         return self.failed(task, row, scope, DONE_EMPTY)
 
     def progress_pull_workflow_messages(self, task, row, scope) -> Outcome:

@@ -13,9 +13,12 @@ from django.db import transaction
 
 from executions import executor
 from executions.models import ExecutionStatus, Task, TaskStatus
-from metadata.expressions import ExpressionError, lookup, parse_path
+from metadata.expressions import ExpressionError, parse_path
 from nodeflow import clock
 from nodeflow.models import Namespace
+
+
+_ABSENT = object()
 
 
 def matches(criteria: dict, body: dict) -> bool:
@@ -23,12 +26,30 @@ def matches(criteria: dict, body: dict) -> bool:
     for path, expected in criteria.items():
         text = path[2:] if path.startswith("$.") else path.lstrip("$")
         try:
-            found = lookup(body, parse_path(text)) if text else body
+            found = _at(body, parse_path(text)) if text else body
         except ExpressionError:
             return False
-        if found != expected:
+        if not _same(found, expected):
             return False
     return True
+
+
+def _at(value: Any, path: tuple) -> Any:
+    """The value at ``path``, or _ABSENT. (``lookup`` gives None for a missing
+    step, so ``{"$.id": null}`` would match every body without an id.)"""
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(value, list) or not -len(value) <= part < len(value):
+                return _ABSENT
+        elif not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _same(found: Any, expected: Any) -> bool:
+    # Python has True == 1; JSON does not.
+    return found is not _ABSENT and isinstance(found, bool) == isinstance(expected, bool) and found == expected
 
 
 def deliver_webhook(*, namespace: Namespace, name: str, body: dict[str, Any]) -> list[uuid.UUID]:
