@@ -310,12 +310,6 @@ class _Walk:
         return RUNNING_OUTCOME
 
     def begin_pull_workflow_messages(self, task: dict, row: Row, scope: Scope) -> Outcome:
-        if not self.snap.messages:
-            # The executor reads messages only while a PULL task already waits,
-            # so ones posted before this task began are not in the snapshot:
-            # evaluate again at once, when they will be.
-            self.decision.timers.append(TimerSpec("DECIDE", self.now, row.id))
-            return RUNNING_OUTCOME
         return self.progress_pull_workflow_messages(task, row, scope)
 
     def begin_sub_workflow(self, task: dict, row: Row, scope: Scope) -> Outcome:

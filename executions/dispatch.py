@@ -12,6 +12,7 @@ import datetime as dt
 import secrets
 import time
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 
@@ -108,7 +109,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     """Lease at once if anything is ready; otherwise wait up to ``wait_s`` for
     a wake-up and try again."""
     key = notify.queue_key(namespace.id, queue)
-    recheck = LISTEN_RECHECK_S if notify.ensure_listener() else POLL_RECHECK_S
+    recheck = LISTEN_RECHECK_S if wait_s > 0 and notify.ensure_listener() else POLL_RECHECK_S
     give_up = time.monotonic() + wait_s
     while True:
         # Registered before looking, so a wake-up between the look and the
@@ -122,3 +123,58 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             event.wait(min(remaining, recheck))
         finally:
             notify.hub.unregister(key, event)
+
+
+# --- system tasks -------------------------------------------------------------
+# The system-task runner (executions.system_tasks.runner) leases like a worker,
+# across every namespace. Its lease is capped: a runner that dies mid-call is
+# noticed within SYSTEM_LEASE_S even when the policy's startToCloseTimeout is
+# an hour, and the attempt is offered again; every call is bounded below it.
+
+def system_lease_seconds(task_lease_s: float) -> float:
+    return min(task_lease_s, float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS))
+
+
+def lease_system_tasks(*, worker_id: str, count: int = 1, task_id=None) -> list[Task]:
+    """Lease up to ``count`` ready system tasks of any namespace, highest
+    priority first; with ``task_id``, that task only (if it is ready)."""
+    now = clock.now()
+    token = secrets.token_urlsafe(18)
+    if connection.vendor == "postgresql":
+        return _lease_system_postgres(worker_id, count, token, now, task_id)
+    ready = Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=now)
+    if task_id is not None:
+        ready = ready.filter(pk=task_id)
+    with transaction.atomic():
+        tasks = list(ready.order_by("-priority", "available_at").select_for_update(skip_locked=True)[:count])
+        for task in tasks:
+            task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
+            task.lease_token, task.last_heartbeat_at, task.deliveries = token, now, task.deliveries + 1
+            task.lease_expires_at = now + dt.timedelta(seconds=system_lease_seconds(task.lease_seconds))
+            Task.objects.filter(pk=task.id, status=TaskStatus.SCHEDULED).update(
+                status=task.status, started_at=now, worker_id=worker_id, lease_token=token,
+                lease_expires_at=task.lease_expires_at, last_heartbeat_at=now, deliveries=task.deliveries,
+            )
+    return tasks
+
+
+_LEASE_SYSTEM_SQL = """
+UPDATE executions_task AS t
+   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
+       lease_expires_at = %(now)s + make_interval(secs => LEAST(t.lease_seconds, %(cap)s)),
+       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
+ WHERE t.id IN (
+       SELECT id FROM executions_task
+        WHERE kind = 'system' AND status = 'SCHEDULED' AND NOT held AND available_at <= %(now)s {only}
+        ORDER BY priority DESC, available_at
+        LIMIT %(count)s
+          FOR UPDATE SKIP LOCKED)
+RETURNING t.*
+"""
+
+
+def _lease_system_postgres(worker_id: str, count: int, token: str, now: dt.datetime, task_id) -> list[Task]:
+    sql = _LEASE_SYSTEM_SQL.format(only="AND id = %(task)s" if task_id is not None else "")
+    params = {"now": now, "worker": worker_id, "token": token, "count": count, "task": task_id,
+              "cap": float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS)}
+    return list(Task.objects.raw(sql, params))

@@ -25,6 +25,7 @@ from executions.retry import BUDGET_WINDOW_S
 from executions.state import FAILURE, Child, Decision, Row, Snapshot
 from metadata import taskdefs
 from metadata.models import WorkflowSnapshot
+from metadata.tree import walk_tasks
 from nodeflow import clock
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,16 @@ def _children(rows: list[Row]) -> dict[uuid.UUID, Child]:
     return {pk: Child(pk, status, output, reason) for pk, status, output, reason in found}
 
 
+@functools.lru_cache(maxsize=1024)
+def _pulls_messages(snapshot_id: int, workflow_key: str) -> bool:
+    workflow = snapshot_body(snapshot_id)["workflows"][workflow_key]
+    return any(task["type"] == "PULL_WORKFLOW_MESSAGES" for task, _ in walk_tasks(workflow["tasks"]))
+
+
 def _messages(execution: Execution, rows: list[Row]) -> list:
-    if not any(row.type == "PULL_WORKFLOW_MESSAGES" and row.status == "IN_PROGRESS" for row in rows):
+    """Unread messages, for workflows that can read them (a PULL task may
+    begin in this very decision, so waiting ones are not enough to ask)."""
+    if not _pulls_messages(execution.snapshot_id, execution.workflow_key):
         return []
     found = Message.objects.filter(execution_id=execution.id, consumed_by__isnull=True).order_by("id")
     return list(found.values_list("id", "payload")[:1000])

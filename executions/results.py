@@ -10,6 +10,7 @@ decides each touched execution once.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,25 +58,30 @@ def _check(task: Task, result: Result, *, human: bool) -> None:
         raise _stale(task)
 
 
-def _write(task: Task, result: Result, now: dt.datetime, *, human: bool, paused: bool = False) -> bool:
-    """Apply one checked result; True if the execution should be decided.
-    ``paused``: the execution is paused, so a task put back is held."""
-    fields: dict[str, Any] = {"output": result.output or task.output}
+def _fields(task: Task, result: Result, now: dt.datetime, *, paused: bool) -> tuple[dict[str, Any], bool]:
+    """The columns a checked result sets, and whether the execution should be
+    decided. ``paused``: the execution is paused, so a task put back is held."""
+    # A result's outputData replaces the task's output (heartbeat progress included).
+    fields: dict[str, Any] = {"output": result.output}
     if result.logs:
         fields["logs"] = (task.logs + [{"at": now.isoformat(), "log": str(line)} for line in result.logs])[-MAX_LOG_ENTRIES:]
-    if result.status == TaskStatus.IN_PROGRESS:
-        if result.callback_after_s > 0:
-            # "Not done; offer it again later": back to the queue, same attempt.
-            fields.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
-                          available_at=now + dt.timedelta(seconds=result.callback_after_s), held=paused)
-        else:
-            fields.update(lease_expires_at=lease_expiry(task.policy, started_at=task.started_at or now, now=now),
-                          last_heartbeat_at=now)
-        decide = False
-    else:
+    if result.status != TaskStatus.IN_PROGRESS:
         fields.update(status=result.status, reason_for_incompletion=result.reason, ended_at=now,
                       lease_token=None, lease_expires_at=None)
-        decide = True
+        return fields, True
+    if result.callback_after_s > 0:
+        # "Not done; offer it again later": back to the queue, same attempt.
+        fields.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
+                      available_at=now + dt.timedelta(seconds=result.callback_after_s), held=paused)
+    else:
+        fields.update(lease_expires_at=lease_expiry(task.policy, started_at=task.started_at or now, now=now),
+                      last_heartbeat_at=now)
+    return fields, False
+
+
+def _write(task: Task, result: Result, now: dt.datetime, *, human: bool, paused: bool = False) -> bool:
+    """Apply one checked result; True if the execution should be decided."""
+    fields, decide = _fields(task, result, now, paused=paused)
     query = Task.objects.filter(pk=task.id, status=TaskStatus.IN_PROGRESS)
     if not human:
         query = query.filter(lease_token=result.lease_token)
@@ -103,7 +109,9 @@ def report_result(*, namespace: Namespace, result: Result, human: bool = False) 
 
 def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]:
     """Apply a batch; one answer per result, in order. One bad item never
-    spoils the others."""
+    spoils the others. Results that set the same columns under the same lease
+    token (a worker finishing what one poll gave it) are written by one
+    statement."""
     answers: list[dict] = []
     with transaction.atomic():
         owners = dict(
@@ -114,27 +122,36 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
             for e in Execution.objects.select_for_update().filter(pk__in=set(owners.values())).order_by("id")
         }
         tasks = {t.id: t for t in Task.objects.filter(pk__in=list(owners))}
+        writes: dict[tuple[str, str], tuple[dict, list[uuid.UUID]]] = {}
         touched: dict[uuid.UUID, Execution] = {}
         now = clock.now()
         for result in results:
-            answers.append(_apply_one(result, tasks, locked, owners, touched, now))
+            answers.append(_plan_one(result, tasks.get(result.task_id), locked, owners, writes, touched, now))
+        for (token, _), (fields, ids) in writes.items():
+            # Every row was checked under its execution's lock, and nothing
+            # changes an IN_PROGRESS row's status or token without that lock.
+            if Task.objects.filter(pk__in=ids, status=TaskStatus.IN_PROGRESS, lease_token=token).update(**fields) != len(ids):
+                raise RuntimeError("task rows changed under their executions' locks")
         executor.decide_many(list(touched.values()))
     return answers
 
 
-def _apply_one(result, tasks, locked, owners, touched, now) -> dict:
-    task = tasks.get(result.task_id)
+def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:
     if task is None:
         return {"taskId": str(result.task_id), "status": 404, "error": "NOT_FOUND"}
     try:
         _check(task, result, human=False)
-        execution = locked[owners[task.id]]
-        if _write(task, result, now, human=False, paused=execution.status == ExecutionStatus.PAUSED):
-            touched[execution.id] = execution
-        task.status = TaskStatus.IN_PROGRESS if result.status == TaskStatus.IN_PROGRESS else result.status
-        task.lease_token = task.lease_token if result.status == TaskStatus.IN_PROGRESS and not result.callback_after_s else None
     except ApiError as exc:
         return {"taskId": str(result.task_id), "status": exc.status_code, "error": exc.error, "message": exc.message}
+    execution = locked[owners[task.id]]
+    fields, decide = _fields(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
+    key = (result.lease_token, json.dumps(fields, sort_keys=True, default=str))
+    writes.setdefault(key, (fields, []))[1].append(task.id)
+    if decide:
+        touched[execution.id] = execution
+    # The same task twice in one batch: the second answer is 409.
+    task.status = fields.get("status", task.status)
+    task.lease_token = fields.get("lease_token", task.lease_token)
     return {"taskId": str(result.task_id), "status": 200}
 
 

@@ -100,6 +100,7 @@ def _fresh_snapshot_cache():
     from executions import executor
 
     executor.snapshot_body.cache_clear()
+    executor._pulls_messages.cache_clear()
     yield
 
 
