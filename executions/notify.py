@@ -18,7 +18,12 @@ from django.db import connection, transaction
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "nodeflow"
+# One channel per kind of listener, so a process hears only what it waits
+# for: every notification a listening session receives costs it a (read-only)
+# transaction in PostgreSQL.
+TASKS_CHANNEL = "nodeflow_tasks"
+DECIDE_CHANNEL = "nodeflow_decide"
+SYSTEM_CHANNEL = "nodeflow_system"
 DECIDE_KEY = "decide"
 SYSTEM_KEY = "system"
 
@@ -67,37 +72,47 @@ def queue_key(namespace_id: int, queue: str) -> str:
     return f"q:{namespace_id}:{queue}"
 
 
-def _send(key: str) -> None:
+def _send(channel: str, key: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, key])
+            cursor.execute("SELECT pg_notify(%s, %s)", [channel, key])
     transaction.on_commit(lambda: hub.wake(key))
 
 
 def task_ready(namespace_id: int, queue: str, kind: str) -> None:
     """Call inside the transaction that made a task dispatchable."""
-    _send(SYSTEM_KEY if kind == "system" else queue_key(namespace_id, queue))
+    if kind == "system":
+        _send(SYSTEM_CHANNEL, SYSTEM_KEY)
+    else:
+        _send(TASKS_CHANNEL, queue_key(namespace_id, queue))
 
 
 def decider_wakeup() -> None:
-    _send(DECIDE_KEY)
+    _send(DECIDE_CHANNEL, DECIDE_KEY)
 
 
 # --- the PostgreSQL listener ----------------------------------------------
 
 class _Listener(threading.Thread):
-    """One LISTEN connection per process, relaying notifications to the hub."""
+    """One LISTEN connection per channel per process, relaying notifications
+    to the hub."""
 
     RECONNECT_S = 1.0
 
-    def __init__(self) -> None:
-        super().__init__(name="nodeflow-listener", daemon=True)
+    POLL_S = 0.5  # how soon a stop request is seen
+
+    def __init__(self, channel: str) -> None:
+        super().__init__(name=f"nodeflow-listener-{channel}", daemon=True)
+        self.channel = channel
+        self.stopping = threading.Event()
 
     def run(self) -> None:
-        while True:
+        while not self.stopping.is_set():
             try:
                 self._listen()
             except Exception:  # noqa: BLE001 - e.g. the database restarted: reconnect
+                if self.stopping.is_set():
+                    return
                 log.warning("notification listener lost its connection; reconnecting", exc_info=True)
                 time.sleep(self.RECONNECT_S)
 
@@ -110,23 +125,35 @@ class _Listener(threading.Thread):
         params.pop("server_side_binding", None)
         params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
-            conn.execute(f"LISTEN {CHANNEL}")
-            while True:
-                for note in conn.notifies(timeout=5.0):
+            conn.execute(f"LISTEN {self.channel}")
+            while not self.stopping.is_set():
+                for note in conn.notifies(timeout=self.POLL_S):
                     hub.wake(note.payload)
 
 
 _listener_lock = threading.Lock()
-_listener: _Listener | None = None
+_listeners: dict[str, _Listener] = {}
 
 
-def ensure_listener() -> bool:
-    """Start this process's listener (PostgreSQL only). True when running."""
-    global _listener
+def ensure_listener(channel: str = TASKS_CHANNEL) -> bool:
+    """Start this process's listener for ``channel`` (PostgreSQL only).
+    True when one runs."""
     if connection.vendor != "postgresql":
         return False
     with _listener_lock:
-        if _listener is None or not _listener.is_alive():
-            _listener = _Listener()
-            _listener.start()
+        listener = _listeners.get(channel)
+        if listener is None or not listener.is_alive():
+            _listeners[channel] = listener = _Listener(channel)
+            listener.start()
     return True
+
+
+def stop_listeners() -> None:
+    """Stop this process's listeners and close their connections (tests, shutdown)."""
+    with _listener_lock:
+        listeners = list(_listeners.values())
+        _listeners.clear()
+    for listener in listeners:
+        listener.stopping.set()
+    for listener in listeners:
+        listener.join(timeout=5)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable
 
@@ -123,17 +122,8 @@ def _close_notify_listener(request):
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         yield
         return
-    blocker = request.getfixturevalue("django_db_blocker")
     request.getfixturevalue("django_db_setup")
     yield
     from executions import notify
 
-    listener = notify._listener
-    if listener is None or not listener.is_alive():
-        return
-    logging.getLogger(notify.__name__).setLevel(logging.CRITICAL)  # its reconnect attempts are expected now
-    with blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    notify.stop_listeners()

@@ -31,7 +31,7 @@ class DeciderRole(Role):
 
     def on_start(self) -> None:
         notify.hub.attach(notify.DECIDE_KEY, self.wake)
-        notify.ensure_listener()
+        notify.ensure_listener(notify.DECIDE_CHANNEL)
 
     def tick(self) -> bool:
         now = clock.now()
