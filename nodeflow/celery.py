@@ -2,7 +2,10 @@
 
 Celery is optional: when ``CELERY_BROKER_URL`` is unset the system tasks run in
 ``manage.py nodeflow_systemtasks`` (or ``nodeflow_run``) instead. The database
-stays the source of truth either way; a Celery message only says "look now".
+stays the source of truth either way; a Celery message only names a task to
+look at (``executions.tasks``). ``celery -A nodeflow worker`` runs system
+tasks; ``celery -A nodeflow beat`` (or ``worker -B``) schedules the sweeps:
+timers and expired leases every second, lost-message recovery every 5 s.
 """
 import os
 
@@ -13,3 +16,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodeflow.settings")
 app = Celery("nodeflow")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+SWEEP_EVERY_S = 1.0
+RECOVER_EVERY_S = 5.0
+
+app.conf.beat_schedule = {
+    "nodeflow-sweep": {"task": "nodeflow.sweep", "schedule": SWEEP_EVERY_S, "options": {"expires": 10}},
+    "nodeflow-recover-system-tasks": {
+        "task": "nodeflow.recover_system_tasks", "schedule": RECOVER_EVERY_S, "options": {"expires": 30},
+    },
+}

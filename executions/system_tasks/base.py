@@ -32,6 +32,7 @@ from typing import Any
 
 COMPLETED, IN_PROGRESS = "COMPLETED", "IN_PROGRESS"
 FAILED, FAILED_TERMINAL = "FAILED", "FAILED_WITH_TERMINAL_ERROR"
+MIN_CALLBACK_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ def completed(output: dict) -> Outcome:
 def in_progress(output: dict, *, after_s: float) -> Outcome:
     """Not done: offer the same attempt again in ``after_s`` seconds (the
     runner does not sleep; the task goes back to the queue)."""
-    return Outcome(IN_PROGRESS, output, callback_after_s=after_s)
+    # 0 would mean "still running here" to results.report_result and keep the lease.
+    return Outcome(IN_PROGRESS, output, callback_after_s=max(after_s, MIN_CALLBACK_S))
 
 
 class TaskFailure(Exception):

@@ -57,7 +57,7 @@ def check(host: str, port: int) -> list[Address]:
     name = host.lower().rstrip(".").strip("[]")
     deny, allow = parse_rules(settings.NODE_FLOW_OUTBOUND_DENY), parse_rules(settings.NODE_FLOW_OUTBOUND_ALLOW)
     if deny.matches_name(name):
-        raise _refused(host, f"the host is in NODE_FLOW_OUTBOUND_DENY")
+        raise _refused(host, "the host is in NODE_FLOW_OUTBOUND_DENY")
     addresses = resolve(name, port)
     for address in addresses:
         network = deny.matching_network(address)

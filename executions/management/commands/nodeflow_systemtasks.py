@@ -1,0 +1,9 @@
+"""``manage.py nodeflow_systemtasks``: run system tasks (HTTP, HTTP_POLL,
+WEBHOOK, GRPC, INLINE, JSON_JQ_TRANSFORM) without Celery. Any number of copies."""
+from executions.roles.systemtasks import SystemTaskRole
+from nodeflow.role_command import RoleCommand
+
+
+class Command(RoleCommand):
+    help = "Lease and run ready system tasks (when CELERY_BROKER_URL is unset)."
+    role_class = SystemTaskRole

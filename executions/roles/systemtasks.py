@@ -1,0 +1,84 @@
+"""The system-task role (without Celery): leases ready system tasks of every
+namespace and runs each on a small thread pool.
+
+Each tick leases one task if a thread is free and hands it to the pool; the
+loop ticks again at once while there is work. It waits when the pool is full
+(a finishing task wakes it) or nothing is ready (a task made ready in this
+process, or on PostgreSQL in any process, wakes it; a retry whose delay just
+ended wakes nobody, so it is found within ``idle_wait_s``). Any number of
+copies may run: leases are taken with SKIP LOCKED. On stop, running calls
+finish (each is bounded by its lease) before the role exits.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings
+from django.db import connection
+
+from executions import breakers, dispatch, notify
+from executions.models import Task
+from executions.system_tasks import runner
+from nodeflow.loop import Role
+
+log = logging.getLogger(__name__)
+
+
+class SystemTaskRole(Role):
+    name = "systemtasks"
+    idle_wait_s = 0.5
+
+    def __init__(self, stop: threading.Event | None = None, *, threads: int | None = None) -> None:
+        super().__init__(stop)
+        self.threads = max(threads or settings.NODE_FLOW_SYSTEM_TASK_THREADS, 1)
+        self.worker = runner.worker_id(self.name)
+        self.free = threading.BoundedSemaphore(self.threads)
+        self.pool: ThreadPoolExecutor | None = None
+
+    def on_start(self) -> None:
+        notify.hub.attach(notify.SYSTEM_KEY, self.wake)
+        notify.ensure_listener(notify.SYSTEM_CHANNEL)
+
+    def tick(self) -> bool:
+        breakers.report_if_due()
+        if not self.free.acquire(blocking=False):
+            return False  # every thread is busy; the next to finish wakes the loop
+        leased = dispatch.lease_system_tasks(worker_id=self.worker, count=1)
+        if not leased:
+            self.free.release()
+            return False
+        self._pool().submit(self._run, leased[0])
+        return True
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+
+    def run_once(self) -> int:
+        """Run every ready system task in this thread, one after another
+        (``--once`` and tests: nothing is left running on return)."""
+        count = 0
+        while runner.run_next(worker=self.worker):
+            count += 1
+        breakers.report_if_due()
+        return count
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+        return self.pool
+
+    def _run(self, task: Task) -> None:
+        try:
+            runner.run_leased(task)
+        except Exception:  # noqa: BLE001 - e.g. the database went away while reporting: the lease expires
+            log.exception("system task %s failed to run", task.id)
+        finally:
+            connection.close()  # this pool thread's own connection
+            self.free.release()
+            self.wake.set()

@@ -1,0 +1,133 @@
+"""Runs system tasks: lease one, call its hook, report the result.
+
+The database stays the truth. The runner leases a task as a worker does
+(``dispatch.lease_system_tasks``: a lease token, SKIP LOCKED), runs the
+type's hook in this process, and reports through
+``results.report_result`` with that token; the result and the decision it
+causes commit together. If the runner dies, the lease expires and the
+attempt is offered again; if two runners ever run one attempt, the second
+report names a stale token, gets 409 and changes nothing.
+
+Circuit breakers (``executions.breakers``) sit around the hook: an open
+breaker fails the task retryably without calling, with ``circuitOpen`` and
+``retryAfterSeconds`` (until the breaker may let a probe through) in the
+output, so the next attempt waits for it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+
+from executions import breakers, dispatch, results
+from executions.models import Task
+from executions.system_tasks import registry
+from executions.system_tasks.base import Context, Outcome, RetryableError, TaskFailure
+from nodeflow.errors import Conflict, NotFound
+from nodeflow.models import Namespace
+
+log = logging.getLogger(__name__)
+
+# A hook must answer this long before its lease ends, so its report is not stale.
+LEASE_MARGIN_S = 5.0
+
+
+def worker_id(role: str) -> str:
+    return f"{role}@{socket.gethostname()}:{os.getpid()}"
+
+
+def run_next(*, worker: str) -> bool:
+    """Lease and run one ready system task; False when none is ready."""
+    leased = dispatch.lease_system_tasks(worker_id=worker, count=1)
+    for task in leased:
+        run_leased(task)
+    return bool(leased)
+
+
+def run_task(task_id: uuid.UUID | str, *, worker: str) -> Outcome | TaskFailure | None:
+    """Lease and run the task ``task_id`` if it is ready (a Celery message
+    names it); None when it is not (already run, leased, canceled, or not
+    due yet): nothing to do."""
+    leased = dispatch.lease_system_tasks(worker_id=worker, count=1, task_id=uuid.UUID(str(task_id)))
+    return run_leased(leased[0]) if leased else None
+
+
+def run_leased(task: Task) -> Outcome | TaskFailure:
+    """Run one leased task and report what happened."""
+    namespace = Namespace.objects.get(pk=task.namespace_id)
+    ctx = context_of(task, namespace)
+    outcome = execute(ctx, namespace_id=namespace.id, first=task.deliveries <= 1)
+    report(task, namespace, ctx, outcome)
+    return outcome
+
+
+def context_of(task: Task, namespace: Namespace) -> Context:
+    lease_s = dispatch.system_lease_seconds(task.lease_seconds)
+    return Context(
+        task_id=str(task.id), type=task.type, namespace=namespace.name, input=task.input or {},
+        output=task.output or {}, attempt=task.attempt, idempotency_key=task.idempotency_key,
+        deadline=time.monotonic() + max(lease_s - LEASE_MARGIN_S, lease_s / 2),
+    )
+
+
+def execute(ctx: Context, *, namespace_id: int, first: bool) -> Outcome | TaskFailure:
+    """Call the hook behind the task's circuit breaker; never raises."""
+    try:
+        handler = registry.get(ctx.type)
+        key = handler.breaker_key(ctx)
+    except TaskFailure as failure:
+        return failure
+    except KeyError:
+        return RetryableError(f"no system task implementation for {ctx.type}")
+    permit = breakers.registry().acquire(key, namespace_id)
+    if permit is None:
+        return circuit_open(key)
+    counts: bool | None = None
+    try:
+        outcome = handler.start(ctx) if first else handler.execute(ctx)
+        counts = False
+        return outcome
+    except TaskFailure as failure:
+        counts = failure.counts
+        return failure
+    except Exception as exc:  # noqa: BLE001 - a bug in a hook fails the attempt, never the runner
+        log.exception("system task %s (%s) raised", ctx.task_id, ctx.type)
+        return RetryableError(f"internal error in {ctx.type}: {type(exc).__name__}: {exc}")
+    finally:
+        permit.release(counts)
+
+
+def circuit_open(key: str) -> RetryableError:
+    wait = breakers.registry().get(key).open_remaining_s()
+    return RetryableError(f"circuitOpen:{key}: the circuit breaker for {key} is open; the call was not made",
+                          output={"circuitOpen": key}, retry_after_s=round(wait, 3))
+
+
+def report(task: Task, namespace: Namespace, ctx: Context, outcome: Outcome | TaskFailure) -> None:
+    try:
+        results.report_result(namespace=namespace, result=to_result(task, outcome))
+    except Conflict as conflict:
+        # Stale: the lease expired and the attempt went to another runner, or
+        # the task was canceled while it ran (then undo what we can).
+        log.info("system task %s: result not taken: %s", task.id, conflict.message)
+        if conflict.fields.get("taskStatus") == "CANCELED":
+            cancel(ctx)
+    except NotFound:
+        log.info("system task %s is gone", task.id)
+
+
+def to_result(task: Task, outcome: Outcome | TaskFailure) -> results.Result:
+    if isinstance(outcome, TaskFailure):
+        return results.Result(task_id=task.id, status=outcome.status, lease_token=task.lease_token,
+                              output=outcome.output, reason=outcome.reason[:10_000])
+    return results.Result(task_id=task.id, status=outcome.status, lease_token=task.lease_token,
+                          output=outcome.output, callback_after_s=outcome.callback_after_s)
+
+
+def cancel(ctx: Context) -> None:
+    try:
+        registry.get(ctx.type).cancel(ctx)
+    except Exception:  # noqa: BLE001 - best effort
+        log.exception("cancel hook of %s (%s) failed", ctx.task_id, ctx.type)
