@@ -29,10 +29,12 @@ DEFAULT_POLICY: dict = {
 
 
 def base_delay(policy: dict, attempt: int) -> float:
-    """The delay before retry number ``attempt`` (1-based), before the cap."""
+    """The delay before retry ``attempt`` (1-based), before the cap."""
     delay = float(policy["retryDelaySeconds"])
     factor = float(policy["backoffScaleFactor"])
     logic = policy["retryLogic"]
+    if delay <= 0:
+        return 0.0  # also spares 0 × inf below
     if logic == "LINEAR_BACKOFF":
         return delay * factor * attempt
     if logic == "EXPONENTIAL_BACKOFF":
@@ -45,17 +47,23 @@ def base_delay(policy: dict, attempt: int) -> float:
 
 
 def retry_delay(policy: dict, attempt: int, rand: float, *, at_least: float = 0.0) -> float:
-    """Seconds to wait before retry ``attempt``. ``rand`` is a draw from
-    [0, 1) that places the jitter inside ±delay·jitter. The cap applies before
-    and after jitter, so upward jitter never crosses it. ``at_least`` (a
-    server's Retry-After) can lengthen the delay, never past the cap."""
-    cap = float(policy["maxRetryDelaySeconds"])
+    """Seconds to wait before retry ``attempt`` (1-based). ``rand`` is a draw
+    from [0, 1) that places the jitter inside ±delay·jitter (0 → the bottom of
+    the band, 0.5 → the middle). The cap applies before and after jitter, so
+    upward jitter never crosses it. ``at_least`` (a server's Retry-After) can
+    lengthen the delay, never past the cap. Monotonic in ``rand``."""
+    cap = max(float(policy["maxRetryDelaySeconds"]), 0.0)
     delay = min(base_delay(policy, attempt), cap)
     jitter = float(policy["jitter"])
     if jitter > 0:
         delay += (2.0 * rand - 1.0) * delay * jitter
     delay = max(delay, at_least)
     return min(max(delay, 0.0), cap)
+
+
+def shortest_delay(policy: dict, attempt: int, *, at_least: float = 0.0) -> float:
+    """The bottom of the jitter band: no draw gives a shorter delay."""
+    return retry_delay(policy, attempt, 0.0, at_least=at_least)
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,16 @@ import random
 from django.db import transaction
 
 from executions import executor, lifecycle, notify
+from executions.decider import deadline_reason
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
-from nodeflow import clock
+from nodeflow import clock, metrics
 
 log = logging.getLogger(__name__)
 
 OPEN = (TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS)
 LEASE_CANDIDATES = 20
+# A timer whose handler raised is tried again this much later, not hot.
+FAILED_TIMER_BACKOFF_S = 5.0
 
 
 def fire_next_timer() -> bool:
@@ -35,13 +38,22 @@ def fire_next_timer() -> bool:
             return False
         execution = executor.lock_execution(timer.execution_id)
         if execution is not None and execution.status in ACTIVE_EXECUTION:
-            HANDLERS[timer.kind](execution, timer, now)
+            try:
+                with transaction.atomic():  # a savepoint: a failing handler leaves nothing half-done
+                    HANDLERS[timer.kind](execution, timer, now)
+            except Exception:  # noqa: BLE001 - one bad timer must not block the ones behind it
+                log.exception("timer %s (%s) of %s failed; trying again in %s s",
+                              timer.id, timer.kind, timer.execution_id, FAILED_TIMER_BACKOFF_S)
+                Timer.objects.filter(pk=timer.pk).update(due_at=now + dt.timedelta(seconds=FAILED_TIMER_BACKOFF_S))
+                return True
         timer.delete()
     return True
 
 
-def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime) -> None:
-    if task.policy.get("timeoutPolicy") == "ALERT_ONLY":
+def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime, *, timeout: str) -> None:
+    policy = task.policy.get("timeoutPolicy") or "RETRY"
+    metrics.record_timeout(timeout, policy)
+    if policy == "ALERT_ONLY":
         log.warning("ALERT_ONLY: task %s of %s: %s", task.path, execution.id, reason)
         return
     Task.objects.filter(pk=task.id, status__in=OPEN).update(
@@ -54,20 +66,44 @@ def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime) 
 
 
 def _workflow_timeout(execution: Execution, timer: Timer, now: dt.datetime) -> None:
-    if execution.deadline is None or execution.deadline > now:
-        return  # re-armed or cleared since (e.g. a restart)
-    reason = f"workflow timed out: deadline {execution.deadline.isoformat()} passed"
-    if executor.workflow_of(execution).get("timeoutPolicy") == "ALERT_ONLY":
-        log.warning("ALERT_ONLY: execution %s %s", execution.id, reason)
+    """The deadline (the hard budget, own or inherited) ends the execution
+    TIMED_OUT; an ALERT_ONLY workflow's own timeout, which sets no deadline,
+    only alerts. A timer armed for an earlier run (before a retry or a
+    restart re-armed) finds its deadline gone and does nothing."""
+    if execution.deadline is not None and execution.deadline <= now:
+        metrics.record_timeout("workflow", "TIME_OUT_WF")
+        lifecycle.end_execution(execution, status=ExecutionStatus.TIMED_OUT, reason=deadline_reason(execution.deadline))
         return
-    lifecycle.end_execution(execution, status=ExecutionStatus.TIMED_OUT, reason=reason)
+    workflow = executor.workflow_of(execution)
+    if workflow.get("timeoutPolicy") == "ALERT_ONLY" and _armed_by_this_run(execution, workflow, timer):
+        metrics.record_timeout("workflow", "ALERT_ONLY")
+        log.warning("ALERT_ONLY: execution %s passed its timeoutSeconds (%s s)", execution.id, workflow.get("timeoutSeconds"))
+
+
+def _armed_by_this_run(execution: Execution, workflow: dict, timer: Timer) -> bool:
+    """An ALERT_ONLY timer is due timeoutSeconds after the first evaluation
+    of the run that armed it (a retry or restart evaluates afresh)."""
+    if execution.evaluated_at is None:
+        return False
+    due = execution.evaluated_at + dt.timedelta(seconds=float(workflow.get("timeoutSeconds") or 0))
+    return abs(timer.due_at - due) < dt.timedelta(milliseconds=1)
 
 
 def _schedule_to_start(execution: Execution, timer: Timer, now: dt.datetime) -> None:
     task = Task.objects.filter(pk=timer.task_id, status=TaskStatus.SCHEDULED).first()
-    if task is not None:
-        seconds = task.policy.get("scheduleToStartTimeout")
-        _timed_out(execution, task, f"scheduleToStartTimeout ({seconds} s): no worker picked the task up", now)
+    if task is None:
+        return  # picked up (or ended) in time
+    seconds = float(task.policy.get("scheduleToStartTimeout") or 0)
+    if task.available_at + dt.timedelta(seconds=seconds) > now:
+        return  # a worker took it and put it back for later (callbackAfterSeconds)
+    if task.held:
+        # Paused: no worker could take it. Count again from now instead of
+        # timing out a task the operator held back.
+        Timer.objects.create(kind=TimerKind.SCHEDULE_TO_START, execution_id=execution.id, task_id=task.id,
+                             due_at=now + dt.timedelta(seconds=seconds))
+        return
+    _timed_out(execution, task, f"scheduleToStartTimeout ({seconds:g} s): no worker picked the task up", now,
+               timeout="scheduleToStart")
 
 
 def _task_total(execution: Execution, timer: Timer, now: dt.datetime) -> None:
@@ -75,9 +111,10 @@ def _task_total(execution: Execution, timer: Timer, now: dt.datetime) -> None:
     if first is None:
         return
     latest = Task.objects.filter(execution_id=execution.id, run=first.run, path=first.path).order_by("-attempt").first()
-    if latest is not None and latest.status in OPEN:
-        seconds = latest.policy.get("timeoutSeconds")
-        _timed_out(execution, latest, f"timeoutSeconds ({seconds} s) over all attempts exceeded", now)
+    # A manual retry starts a new budget with a timer of its own.
+    if latest is not None and latest.status in OPEN and latest.first_scheduled_at == first.first_scheduled_at:
+        seconds = float(latest.policy.get("timeoutSeconds") or 0)
+        _timed_out(execution, latest, f"timeoutSeconds ({seconds:g} s) over all attempts exceeded", now, timeout="total")
 
 
 def _wait(execution: Execution, timer: Timer, now: dt.datetime) -> None:
@@ -130,19 +167,20 @@ def _expired(execution: Execution, task: Task, now: dt.datetime) -> None:
     heartbeat = float(policy.get("heartbeatTimeout") or 0)
     started = task.started_at or now
     if start_to_close > 0 and now >= started + dt.timedelta(seconds=start_to_close):
-        reason = f"startToCloseTimeout ({start_to_close:g} s) exceeded"
+        timeout, reason = "startToClose", f"startToCloseTimeout ({start_to_close:g} s) exceeded"
     elif heartbeat > 0:
-        reason = f"heartbeatTimeout ({heartbeat:g} s): no heartbeat since {task.last_heartbeat_at.isoformat() if task.last_heartbeat_at else 'the start'}"
+        since = task.last_heartbeat_at.isoformat() if task.last_heartbeat_at else "the start"
+        timeout, reason = "heartbeat", f"heartbeatTimeout ({heartbeat:g} s): no heartbeat since {since}"
     else:
         _redeliver(execution, task)
         return
     if policy.get("timeoutPolicy") == "ALERT_ONLY":
-        log.warning("ALERT_ONLY: task %s of %s: %s", task.path, execution.id, reason)
+        # The attempt runs on; the lease is renewed so the alert repeats once
+        # per period instead of at every sweep.
         Task.objects.filter(pk=task.id).update(
             lease_expires_at=now + dt.timedelta(seconds=heartbeat or start_to_close or 60)
         )
-        return
-    _timed_out(execution, task, reason, now)
+    _timed_out(execution, task, reason, now, timeout=timeout)
 
 
 def _redeliver(execution: Execution, task: Task) -> None:
