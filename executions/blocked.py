@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from executions.models import Task, TaskStatus
+from executions import executor
+from executions.decider import decide
+from executions.models import OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock
+from quotas import admission, diagnostics
+from quotas.gate import open_gate
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -31,5 +35,69 @@ def blocked_by(task: Task, *, now: dt.datetime | None = None, context: dict | No
     if task.held:
         return _reason("paused", since=task.scheduled_at)
     if task.available_at > now:
-        return _reason("retryBackoff", since=task.scheduled_at, until=task.available_at)
+        return _circuit_open(task) or _reason("retryBackoff", since=task.scheduled_at, until=task.available_at)
+    if task.kind == "worker" and task.queue:
+        return _queue_blocker(task, now, {} if context is None else context)
     return None
+
+
+def _queue_blocker(task: Task, now: dt.datetime, context: dict) -> dict | None:
+    """A ready worker task waits on its queue's controls, or for a worker.
+    ``context`` shares one look per queue among the tasks of one view."""
+    key = ("queue", task.namespace_id, task.queue)
+    if key not in context:
+        gate = open_gate(namespace_id=task.namespace_id, queue=task.queue, want=1, now=now, lock=False)
+        context[key] = (gate.blocker, diagnostics.last_poll(namespace_id=task.namespace_id, queue=task.queue))
+    blocker, last_poll = context[key]
+    since = max(task.scheduled_at, task.available_at)
+    if blocker is not None:
+        return _reason(blocker.control, since=since, until=blocker.until, limit=blocker.limit, current=blocker.current)
+    if last_poll is None or last_poll < now - dt.timedelta(seconds=diagnostics.NO_POLLERS_S):
+        return _reason("noPollers", since=max(since, last_poll) if last_poll else since, current=0)
+    return None
+
+
+def execution_blocked_by(execution: Execution, *, tasks: list[Task] | None = None, now: dt.datetime | None = None) -> dict | None:
+    """Why a running execution schedules nothing more: it awaits admission
+    (``admission:<key>``), or its open tasks fill ``maxConcurrentTasks`` while
+    more are ready to start (tasks past the cap have no rows to carry it)."""
+    if execution.status != ExecutionStatus.RUNNING:
+        return None
+    if execution.awaiting_admission:
+        limit, current = admission.use_of(execution)
+        return _reason(f"admission:{execution.admission_key}", since=execution.created_at, limit=limit, current=current)
+    if tasks is not None:
+        return _task_cap(execution, tasks, now or clock.now())
+    return None
+
+
+def _task_cap(execution: Execution, tasks: list[Task], now: dt.datetime) -> dict | None:
+    cap = int(executor.workflow_of(execution).get("maxConcurrentTasks") or 0)
+    open_tasks = [t for t in tasks if t.kind in ("worker", "system") and t.status in OPEN_TASK]
+    if not cap or len(open_tasks) < cap:
+        return None
+    # The decider is pure: ask it, without applying anything, whether it
+    # holds a task back for the cap.
+    try:
+        capped = decide(executor.load_snapshot(execution, now, tasks)).capped
+    except Exception:  # noqa: BLE001 - a diagnostic must not break the view; the decider role logs it
+        return None
+    if not capped:
+        return None
+    since = max(t.started_at or t.scheduled_at for t in open_tasks)
+    return _reason("maxConcurrentTasks", since=since, limit=cap, current=len(open_tasks))
+
+
+def _circuit_open(task: Task) -> dict | None:
+    """A retry held back by an open circuit breaker: the attempt before it
+    failed fast with ``circuitOpen`` in its output (executions.system_tasks.runner)."""
+    if task.kind != "system" or task.attempt < 2:
+        return None
+    previous = (
+        Task.objects.filter(execution_id=task.execution_id, run=task.run, path=task.path, attempt=task.attempt - 1)
+        .values_list("output", "ended_at").first()
+    )
+    key = previous[0].get("circuitOpen") if previous and isinstance(previous[0], dict) else None
+    if not key:
+        return None
+    return _reason(f"circuitOpen:{key}", since=previous[1] or task.scheduled_at, until=task.available_at)

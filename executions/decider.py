@@ -36,6 +36,8 @@ DONE, RUNNING, FAILED, ENDED = "DONE", "RUNNING", "FAILED", "ENDED"
 NOT_RETRIED = frozenset({"SWITCH", "FORK_JOIN", "JOIN", "FORK_JOIN_DYNAMIC", "DO_WHILE", "TERMINATE", "SET_VARIABLE"})
 DISPATCHED = frozenset({"worker", "system"})
 _SEGMENT = re.compile(r"[^.\[]+")
+# Noted on a failed attempt whose retry could not start before the deadline.
+PAST_DEADLINE = "not retried: the next attempt would start after the execution's deadline"
 
 
 @dataclass
@@ -191,10 +193,18 @@ class _Walk:
     # --- the walk ---------------------------------------------------------
     def run(self) -> Decision:
         snap, decision = self.snap, self.decision
-        if snap.evaluated_at is None:
-            self.arm_workflow_deadline()
-        outcome = self.block(snap.workflow["tasks"], Scope(snap.path_prefix))
-        ending = self.ending(outcome)
+        if snap.deadline is not None and self.now >= snap.deadline:
+            # One budget: once the deadline has passed nothing more is
+            # scheduled, retried or iterated, even if the workflow-timeout
+            # timer has not fired yet (a sweeper lags, or a parent decides
+            # before its own timer): the execution ends TIMED_OUT here.
+            ending = Ending("TIMED_OUT", {}, deadline_reason(snap.deadline))
+            outcome = RUNNING_OUTCOME
+        else:
+            if snap.evaluated_at is None:
+                self.arm_workflow_deadline()
+            outcome = self.block(snap.workflow["tasks"], Scope(snap.path_prefix))
+            ending = self.ending(outcome)
         if ending is not None:
             decision.ending = ending
             self.cancel(row for rows in self.by_path.values() for row in rows)
@@ -204,14 +214,19 @@ class _Walk:
         return decision
 
     def arm_workflow_deadline(self) -> None:
-        """The workflow timeout, armed once on the first evaluation. A child
-        inherits its parent's deadline; its own timeout can only shorten it."""
+        """The workflow timeout, armed once on the first evaluation. The
+        deadline is the hard budget: a child inherits its parent's; its own
+        timeout (TIME_OUT_WF) can only shorten it. An ALERT_ONLY timeout arms
+        a timer that only alerts, and is no budget: it sets no deadline."""
         self.decision.evaluated = True
         deadline = self.snap.deadline
         timeout = float(self.snap.workflow.get("timeoutSeconds") or 0)
         if timeout > 0:
             own = self.now + dt.timedelta(seconds=timeout)
-            deadline = own if deadline is None else min(deadline, own)
+            if self.snap.workflow.get("timeoutPolicy") == "ALERT_ONLY":
+                self.decision.timers.append(TimerSpec("WORKFLOW_TIMEOUT", own))
+            else:
+                deadline = own if deadline is None else min(deadline, own)
         if deadline is not None:
             self.decision.deadline = deadline
             self.decision.timers.append(TimerSpec("WORKFLOW_TIMEOUT", deadline))
@@ -258,6 +273,7 @@ class _Walk:
               available_at: dt.datetime | None = None, first_scheduled_at: dt.datetime | None = None) -> Outcome:
         kind = task_types.kind_of(task["type"])
         if kind in DISPATCHED and self.over_task_cap():
+            self.decision.capped += 1  # blockedBy maxConcurrentTasks on the execution
             return RUNNING_OUTCOME  # maxConcurrentTasks: scheduled when a running task ends
         inputs = self.resolve(task["inputParameters"], scope)
         if kind == "operator" and task["type"] != "SUB_WORKFLOW":
@@ -275,13 +291,7 @@ class _Walk:
         return cap > 0 and self.open_dispatchable >= cap
 
     def arm_task_timers(self, row: Row, attempt: int) -> None:
-        policy = row.policy
-        if attempt == 1 and float(policy["timeoutSeconds"]) > 0:
-            due = row.first_scheduled_at + dt.timedelta(seconds=float(policy["timeoutSeconds"]))
-            self.decision.timers.append(TimerSpec("TASK_TOTAL", due, row.id))
-        if row.kind in DISPATCHED and float(policy["scheduleToStartTimeout"]) > 0:
-            due = row.available_at + dt.timedelta(seconds=float(policy["scheduleToStartTimeout"]))
-            self.decision.timers.append(TimerSpec("SCHEDULE_TO_START", due, row.id))
+        self.decision.timers.extend(task_timers(row, starts_budget=attempt == 1))
 
     def activate(self, task: dict, row: Row, scope: Scope) -> Outcome:
         """A SUB_WORKFLOW or waiting task whose (retry) time has come starts."""
@@ -507,37 +517,63 @@ class _Walk:
 
     # --- failure ----------------------------------------------------------
     def failed(self, task: dict, row: Row, scope: Scope, previous: Outcome) -> Outcome:
-        """A row ended in failure: retry it, absorb it (optional), or fail."""
+        """A row ended in failure: retry it, absorb it (optional), or fail.
+        Neither a cancellation nor a TIME_OUT_WF timeout is absorbed by
+        ``optional``: one is the terminate, the other times out the workflow."""
+        timed_out = row.status == "TIMED_OUT" and row.policy.get("timeoutPolicy") == "TIME_OUT_WF"
         if task["type"] not in NOT_RETRIED and row.status != "CANCELED" and not self.budget_spent(row):
             verdict = retry.should_retry(row.policy, status=row.status, reason=row.reason, attempt=row.attempt,
                                          budget=self.snap.budgets.get(row.task_def_name, (0, 0)))
             if verdict.retry:
-                return self.retry(task, row, scope)
-            if verdict.budget_refused:
+                delay = self.retry_delay(row)
+                if delay is not None:
+                    return self.retry(task, row, scope, delay)
+                self.note(row, PAST_DEADLINE)
+                if not row.optional:
+                    return RUNNING_OUTCOME  # the workflow timeout ends it at the deadline
+            elif verdict.budget_refused:
                 self.decision.budget_refusals.append(row.task_def_name)
                 self.change(row, reason=f"{verdict.reason}; last error: {row.reason}")
-        if row.optional and row.status != "CANCELED":
-            # Cancellation is never absorbed: only a failure of the task itself.
+        if row.optional and row.status != "CANCELED" and not timed_out:
             self.change(row, status="COMPLETED_WITH_ERRORS")
             return Outcome(DONE, output=row.output)
-        timed_out = row.status == "TIMED_OUT" and row.policy.get("timeoutPolicy") == "TIME_OUT_WF"
         return Outcome(FAILED, reason=f"task {row.path} {row.status}: {row.reason}".rstrip(": "),
                        failed=(row.task_def_name,), timed_out=timed_out)
 
     def budget_spent(self, row: Row) -> bool:
         """The task's total timeoutSeconds covers every attempt and retry
-        delay: once it has passed, no retry can fit in it."""
+        delay: once it has passed, no retry can fit in it (unless the policy
+        only alerts)."""
         total = float(row.policy.get("timeoutSeconds") or 0)
-        return total > 0 and self.now >= row.first_scheduled_at + dt.timedelta(seconds=total)
+        if total <= 0 or row.policy.get("timeoutPolicy") == "ALERT_ONLY":
+            return False
+        return self.now >= row.first_scheduled_at + dt.timedelta(seconds=total)
 
-    def retry(self, task: dict, row: Row, scope: Scope) -> Outcome:
+    def retry_delay(self, row: Row) -> float | None:
+        """The delay before the next attempt of ``row``, or None when no
+        delay in the jitter band lets it start before the execution's
+        deadline (the one budget). A draw that would pass the deadline, when
+        the shortest delay in the band would not, gives way to the shortest."""
         at_least = row.output.get("retryAfterSeconds", 0) if isinstance(row.output, dict) else 0
-        at_least = float(at_least) if isinstance(at_least, (int, float)) else 0.0
+        at_least = float(at_least) if isinstance(at_least, (int, float)) and not isinstance(at_least, bool) else 0.0
         delay = retry.retry_delay(row.policy, row.attempt, self.rand(), at_least=at_least)
-        self.decision.retries += 1
+        deadline, ended = self.snap.deadline, row.ended_at or self.now
+        if deadline is None or ended + dt.timedelta(seconds=delay) < deadline:
+            return delay
+        shortest = retry.shortest_delay(row.policy, row.attempt, at_least=at_least)
+        return shortest if ended + dt.timedelta(seconds=shortest) < deadline else None
+
+    def retry(self, task: dict, row: Row, scope: Scope, delay: float) -> Outcome:
+        """The next attempt: a new row whose availableAt carries the delay."""
+        self.decision.retries.append(row.task_def_name)
         ended = row.ended_at or self.now
         return self.start(task, row.path, scope, attempt=row.attempt + 1,
                           available_at=ended + dt.timedelta(seconds=delay), first_scheduled_at=row.first_scheduled_at)
+
+    def note(self, row: Row, text: str) -> None:
+        """Append ``text`` to a failed row's reason, once (decisions repeat)."""
+        if text not in row.reason:
+            self.change(row, reason=f"{row.reason}; {text}" if row.reason else text)
 
     # --- cancellation -----------------------------------------------------
     def cancel(self, rows) -> None:
@@ -557,6 +593,28 @@ class _Walk:
             head = _SEGMENT.match(rest)
             if head and (head.group(0) in refs or rest.startswith(row.ref + "[")):
                 yield from rows
+
+
+def task_timers(row: Row, *, starts_budget: bool) -> list[TimerSpec]:
+    """The durable timers a newly scheduled attempt needs, each only when its
+    timeout is non-zero. The total budget (timeoutSeconds) is armed by the
+    attempt that ``starts_budget`` (attempt 1, or the attempt a manual retry
+    makes), due ``first_scheduled_at + timeoutSeconds``, for every kind of task.
+    scheduleToStart is armed per attempt, for dispatched tasks only: a waiting
+    task is never picked up, so it would fire while it legitimately waits.
+    startToClose and heartbeat are the lease's expiry (``executions.dispatch``)."""
+    policy, timers = row.policy, []
+    total = float(policy.get("timeoutSeconds") or 0)
+    if total > 0 and starts_budget:
+        timers.append(TimerSpec("TASK_TOTAL", row.first_scheduled_at + dt.timedelta(seconds=total), row.id))
+    to_start = float(policy.get("scheduleToStartTimeout") or 0)
+    if row.kind in DISPATCHED and to_start > 0:
+        timers.append(TimerSpec("SCHEDULE_TO_START", row.available_at + dt.timedelta(seconds=to_start), row.id))
+    return timers
+
+
+def deadline_reason(deadline: dt.datetime) -> str:
+    return f"workflow timed out: deadline {deadline.isoformat().replace('+00:00', 'Z')} passed"
 
 
 def _queue(task: dict, kind: str) -> str | None:

@@ -5,12 +5,20 @@ the current token (fencing): a worker whose lease expired, whose task was
 re-delivered or canceled, gets 409 and changes nothing. The expiry is the
 start-to-close and heartbeat deadline of the attempt: each heartbeat moves it
 to ``now + heartbeatTimeout``, never past ``startedAt + startToCloseTimeout``.
+
+A queue whose task definition has controls (concurrentExecLimit, a rate
+limit, semaphores) is leased through the gate (``quotas.gate``), under the
+queue's lock, never more than the controls allow; one without them keeps
+the one-statement path. See docs/controls.md.
 """
 from __future__ import annotations
 
 import datetime as dt
+import math
 import secrets
+import threading
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -20,6 +28,8 @@ from executions import notify
 from executions.models import Task, TaskStatus
 from nodeflow import clock
 from nodeflow.models import Namespace
+from quotas import controls, diagnostics
+from quotas.gate import Gate, charge, open_gate
 
 # A task with neither a heartbeat nor a start-to-close timeout is re-delivered
 # when its worker has been silent this long.
@@ -50,79 +60,143 @@ def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> 
     return expires
 
 
+@dataclass(frozen=True)
+class Lease:
+    tasks: list[Task]
+    gate: Gate | None = None  # the queue's controls as the lease found them
+
+
 def lease_tasks(*, namespace: Namespace, queue: str, worker_id: str, count: int) -> list[Task]:
-    """Lease up to ``count`` ready tasks of ``queue``, highest priority first."""
-    now = clock.now()
+    """Lease up to ``count`` ready tasks of ``queue``, highest priority first,
+    and no more than the queue's controls allow."""
+    return _lease(namespace.id, queue, worker_id, count).tasks
+
+
+def _lease(namespace_id: int, queue: str, worker_id: str, count: int) -> Lease:
     token = secrets.token_urlsafe(18)
-    if connection.vendor == "postgresql":
-        return _lease_postgres(namespace.id, queue, worker_id, count, token, now)
+    if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
+        tasks, controlled = _lease_fast(namespace_id, queue, worker_id, count, token, clock.now())
+        if not controlled:
+            return Lease(tasks)
+    return _lease_gated(namespace_id, queue, worker_id, count, token)
+
+
+def _lease_gated(namespace_id: int, queue: str, worker_id: str, count: int, token: str) -> Lease:
+    """The controlled dequeue: under the queue's lock (quotas.gate), lease no
+    more than the gate allows and book them before the lock is released.
+    On SQLite every lease comes here: the transaction is the lock."""
     with transaction.atomic():
-        tasks = list(
-            Task.objects.filter(
-                namespace=namespace, queue=queue, status=TaskStatus.SCHEDULED, held=False, available_at__lte=now
-            )
-            .order_by("-priority", "available_at")
-            .select_for_update(skip_locked=True)[:count]
+        gate = open_gate(namespace_id=namespace_id, queue=queue, want=count)
+        tasks = _lease_rows(namespace_id, queue, worker_id, gate.allowance, token, gate.now) if gate.allowance else []
+        charge(gate, namespace_id=namespace_id, queue=queue, tasks=tasks, worker_id=worker_id, now=gate.now)
+    return Lease(tasks, gate)
+
+
+def _lease_rows(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
+    if connection.vendor == "postgresql":
+        params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
+        return list(Task.objects.raw(_LEASE_SQL, params))
+    # SQLite: inside the gate's transaction, which holds the write lock.
+    tasks = list(
+        Task.objects.filter(
+            namespace_id=namespace_id, queue=queue, status=TaskStatus.SCHEDULED, held=False, available_at__lte=now
         )
-        by_length: dict[float, list] = {}
-        for task in tasks:
-            by_length.setdefault(task.lease_seconds, []).append(task.id)
-            task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
-            task.lease_token, task.last_heartbeat_at = token, now
-            task.lease_expires_at = now + dt.timedelta(seconds=task.lease_seconds)
-            task.deliveries += 1
-        # One UPDATE per distinct lease length (almost always one).
-        for seconds, ids in by_length.items():
-            Task.objects.filter(pk__in=ids).update(
-                status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
-                lease_expires_at=now + dt.timedelta(seconds=seconds), last_heartbeat_at=now,
-                deliveries=F("deliveries") + 1,
-            )
+        .order_by("-priority", "available_at")[:count]
+    )
+    by_length: dict[float, list] = {}
+    for task in tasks:
+        by_length.setdefault(task.lease_seconds, []).append(task.id)
+        task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
+        task.lease_token, task.last_heartbeat_at = token, now
+        task.lease_expires_at = now + dt.timedelta(seconds=task.lease_seconds)
+        task.deliveries += 1
+    # One UPDATE per distinct lease length (almost always one).
+    for seconds, ids in by_length.items():
+        Task.objects.filter(pk__in=ids).update(
+            status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
+            lease_expires_at=now + dt.timedelta(seconds=seconds), last_heartbeat_at=now,
+            deliveries=F("deliveries") + 1,
+        )
     return tasks
 
+
+_LEASE_SET = """
+   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
+       lease_expires_at = %(now)s + make_interval(secs => t.lease_seconds),
+       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
+"""
+_READY = """
+       SELECT id FROM executions_task
+        WHERE namespace_id = %(ns)s AND queue = %(queue)s AND status = 'SCHEDULED' AND NOT held
+          AND available_at <= %(now)s {extra}
+        ORDER BY priority DESC, available_at
+        LIMIT %(count)s
+          FOR UPDATE SKIP LOCKED
+"""
 
 # The dequeue on PostgreSQL: one statement, one round trip, one commit. The
 # inner SELECT walks the partial index task_ready in (priority, availability)
 # order and skips rows another poller holds.
-_LEASE_SQL = """
-UPDATE executions_task AS t
-   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
-       lease_expires_at = %(now)s + make_interval(secs => t.lease_seconds),
-       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
- WHERE t.id IN (
-       SELECT id FROM executions_task
-        WHERE namespace_id = %(ns)s AND queue = %(queue)s AND status = 'SCHEDULED' AND NOT held
-          AND available_at <= %(now)s
-        ORDER BY priority DESC, available_at
-        LIMIT %(count)s
-          FOR UPDATE SKIP LOCKED)
-RETURNING t.*
+_LEASE_SQL = f"UPDATE executions_task AS t {_LEASE_SET} WHERE t.id IN ({_READY.format(extra='')}) RETURNING t.*"
+
+# The same for a queue that may have controls, still one statement: it
+# leases only if the queue's task definition has none, and says whether it
+# has (a queue with controls goes through the gate instead). The LEFT JOIN
+# returns one all-NULL task row when nothing was leased, to carry the answer.
+_LEASE_FAST_SQL = f"""
+WITH ctl AS (
+    SELECT count(*) AS n FROM metadata_taskdefinition
+     WHERE namespace_id = %(ns)s AND name = %(queue)s
+       AND (concurrent_exec_limit > 0 OR rate_limit_per_frequency > 0 OR semaphores <> '[]'::jsonb)
+), leased AS (
+    UPDATE executions_task AS t {_LEASE_SET}
+     WHERE t.id IN ({_READY.format(extra="AND (SELECT n FROM ctl) = 0")})
+    RETURNING t.*
+)
+SELECT leased.*, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
 """
 
 
-def _lease_postgres(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
+def _lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> tuple[list[Task], bool]:
     params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-    return list(Task.objects.raw(_LEASE_SQL, params))
+    rows = list(Task.objects.raw(_LEASE_FAST_SQL, params))
+    return [row for row in rows if row.id is not None], bool(rows and rows[0].controlled)
 
 
 def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s: float) -> list[Task]:
-    """Lease at once if anything is ready; otherwise wait up to ``wait_s`` for
-    a wake-up and try again."""
-    key = notify.queue_key(namespace.id, queue)
+    """Lease at once if anything may be leased; otherwise wait up to
+    ``wait_s`` for a wake-up (a task ready, a slot or a permit freed, a new
+    rate window) and try again."""
+    diagnostics.record_poll(namespace_id=namespace.id, queue=queue, worker_id=worker_id)
+    keys = {notify.queue_key(namespace.id, queue)}
     recheck = LISTEN_RECHECK_S if wait_s > 0 and notify.ensure_listener() else POLL_RECHECK_S
     give_up = time.monotonic() + wait_s
     while True:
         # Registered before looking, so a wake-up between the look and the
         # wait is not lost.
-        event = notify.hub.register(key)
+        event = threading.Event()
+        for key in keys:
+            notify.hub.attach(key, event)
         try:
-            leased = lease_tasks(namespace=namespace, queue=queue, worker_id=worker_id, count=count)
+            lease = _lease(namespace.id, queue, worker_id, count)
             remaining = give_up - time.monotonic()
-            if leased or remaining <= 0:
-                return leased
-            event.wait(min(remaining, recheck))
+            if lease.tasks or remaining <= 0:
+                return lease.tasks
+            event.wait(min(remaining, recheck, _next_window_in(lease)))
         finally:
-            notify.hub.unregister(key, event)
+            for key in keys:
+                notify.hub.unregister(key, event)
+        if lease.gate is not None:
+            # Permits freed by other queues sharing a semaphore wake this one too.
+            keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
+
+
+def _next_window_in(lease: Lease) -> float:
+    """Seconds until a rate window that is used up gives way to a new one."""
+    retry_at = lease.gate.retry_at if lease.gate is not None else None
+    if retry_at is None:
+        return math.inf
+    return max(0.0, (retry_at - clock.now()).total_seconds()) + 0.001
 
 
 # --- system tasks -------------------------------------------------------------

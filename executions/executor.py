@@ -26,7 +26,7 @@ from executions.state import FAILURE, Child, Decision, Row, Snapshot
 from metadata import taskdefs
 from metadata.models import WorkflowSnapshot
 from metadata.tree import walk_tasks
-from nodeflow import clock
+from nodeflow import clock, metrics
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,9 @@ def workflow_of(execution: Execution) -> dict:
 
 
 def lock_execution(execution_id: uuid.UUID) -> Execution | None:
-    return Execution.objects.select_for_update().filter(pk=execution_id).first()
+    # [:1], not .first(): first() adds an ORDER BY the hot path does not need.
+    found = list(Execution.objects.select_for_update().filter(pk=execution_id)[:1])
+    return found[0] if found else None
 
 
 def to_row(task: Task) -> Row:
@@ -78,7 +80,8 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
         variables=execution.variables, rows=rows, now=now,
         task_defs=taskdefs.policies(execution.namespace_id), children=_children(rows), messages=_messages(execution, rows),
         depth=execution.depth, path_prefix=execution.path_prefix, run=execution.run,
-        next_seq=execution.next_seq, evaluated_at=execution.evaluated_at, deadline=execution.deadline,
+        next_seq=max((task.seq for task in tasks), default=-1) + 1,
+        evaluated_at=execution.evaluated_at, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
         parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
         budgets=_budgets(execution, rows, now),
@@ -275,6 +278,7 @@ def apply(execution: Execution, decision: Decision, now: dt.datetime, *, executi
 
 def _follow_up(execution: Execution, decision: Decision) -> None:
     """The parts of a decision that reach beyond the execution's own rows."""
+    metrics.record_decision(decision)
     for task_id, message_ids in decision.consumed_messages.items():
         Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
     for child in decision.children:
@@ -287,8 +291,6 @@ def _follow_up(execution: Execution, decision: Decision) -> None:
 
 def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime) -> dict:
     fields: dict = {}
-    if decision.next_seq != execution.next_seq:
-        fields["next_seq"] = decision.next_seq
     if decision.evaluated:
         fields["evaluated_at"] = now
         if decision.deadline is not None:

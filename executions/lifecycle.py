@@ -11,14 +11,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from executions import executor, notify
-from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
+from executions.decider import task_timers
+from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from executions.state import FAILURE, Ending, StartChild
 from metadata import workflows
 from metadata.baking import bake
 from metadata.models import WorkflowSnapshot, WorkflowVersion
 from nodeflow import clock
-from nodeflow.errors import Conflict, NotFound
+from nodeflow.errors import Conflict, LimitExceeded, NotFound, QuotaExceeded
 from nodeflow.models import Namespace
+from quotas import admission, starts
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,11 @@ def start_execution(
     correlation_id: str | None = None, idempotency_key: str | None = None, priority: int = 0,
 ) -> tuple[Execution, bool]:
     """Start an execution and make its first decision, in one transaction.
-    Returns (execution, created); the same idempotency key gives the same one."""
+    The controls on starts come first (quotas.starts): a namespace quota or
+    maxConcurrentExecutions refuses it (429) before any row exists; a start
+    past its admission key's limit is inserted awaiting admission, with no
+    decision. Returns (execution, created); the same idempotency key gives
+    the same one."""
     with transaction.atomic():
         if idempotency_key:
             existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
@@ -78,14 +84,31 @@ def start_execution(
             correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
             created_at=now, started_at=now,
         )
+        admitted = starts.check_start(execution=execution, workflow=workflow, now=now)
         try:
-            executor.decide_new(execution)
+            if admitted is False:
+                _insert_undecided(execution)
+            else:
+                executor.decide_new(execution)
         except IntegrityError:
             if not idempotency_key:
                 raise
             # A concurrent start with the same idempotency key won.
             return Execution.objects.get(namespace=namespace, idempotency_key=idempotency_key), False
+        if admitted is not None:
+            admission.take_ticket(execution=execution, admitted=admitted)
         return execution, True
+
+
+def _insert_undecided(execution: Execution) -> None:
+    """Insert an execution that awaits admission: its first decision (which
+    arms its timeout) waits until it is admitted. In a savepoint when it has
+    an idempotency key, like executor.decide_new."""
+    if execution.idempotency_key:
+        with transaction.atomic():
+            execution.save(force_insert=True)
+    else:
+        execution.save(force_insert=True)
 
 
 def start_child(*, parent: Execution, request: StartChild) -> Execution:
@@ -107,12 +130,15 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution:
 
 
 def after_end(execution: Execution, ending: Ending) -> None:
-    """What follows an execution's end: its parent re-decides, and a failed or
-    timed-out run starts its failureWorkflow."""
+    """What follows an execution's end: its parent re-decides, a failed or
+    timed-out run starts its failureWorkflow, and a run holding an admission
+    slot hands it to the next in line (after the failure workflow's start,
+    which may lock a quota row: the lock order of every start)."""
     if execution.parent_execution_id:
         executor.request_decision(execution.parent_execution_id)
     if ending.status in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT):
         _start_failure_workflow(execution, ending)
+    admission.release(execution)
 
 
 def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
@@ -131,6 +157,9 @@ def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
                             idempotency_key=f"failure:{execution.id}:{execution.run}")
     except NotFound:
         log.warning("failureWorkflow %s of execution %s does not exist", name, execution.id)
+    except (LimitExceeded, QuotaExceeded) as exc:
+        # A control refused it: the failed run's end must still commit.
+        log.warning("failureWorkflow %s of execution %s refused: %s", name, execution.id, exc.message)
 
 
 def end_execution(execution: Execution, *, status: str, reason: str) -> None:
@@ -202,7 +231,7 @@ def retry_execution(*, execution_id: uuid.UUID) -> Execution:
         now = clock.now()
         rows = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
         latest = {row.path: row for row in rows}
-        seq = execution.next_seq
+        seq = max((row.seq for row in rows), default=-1) + 1
         for row in latest.values():
             if row.status not in FAILURE:
                 continue
@@ -218,13 +247,15 @@ def retry_execution(*, execution_id: uuid.UUID) -> Execution:
                 continue
             _new_attempt(row, seq, now)
             seq += 1
-        _reopen(execution, next_seq=seq, now=now)
+        _reopen(execution, now=now)
+        _rearm_workflow_timeout(execution)
         executor.decide_locked(execution)
         return execution
 
 
 def _new_attempt(row: Task, seq: int, now: dt.datetime) -> Task:
-    return Task.objects.create(
+    """A manual retry's attempt: a fresh task budget, with its timers."""
+    task = Task.objects.create(
         execution_id=row.execution_id, namespace_id=row.namespace_id, run=row.run, seq=seq, ref=row.ref,
         path=row.path, type=row.type, kind=row.kind, task_def_name=row.task_def_name, queue=row.queue,
         status=TaskStatus.SCHEDULED, optional=row.optional, attempt=row.attempt + 1, priority=row.priority,
@@ -232,11 +263,35 @@ def _new_attempt(row: Task, seq: int, now: dt.datetime) -> Task:
         lease_seconds=row.lease_seconds, scheduled_at=now,
         available_at=now, first_scheduled_at=now,
     )
+    Timer.objects.bulk_create([
+        Timer(kind=t.kind, execution_id=task.execution_id, task_id=t.task_id, due_at=t.due_at)
+        for t in task_timers(executor.to_row(task), starts_budget=True)
+    ])
+    return task
 
 
-def _reopen(execution: Execution, *, next_seq: int, now: dt.datetime) -> None:
+def _rearm_workflow_timeout(execution: Execution) -> None:
+    """A retried or restarted run gets its workflow timeout armed afresh on
+    its next (first) evaluation: a root's from now, a child's from its
+    active parent's deadline, which its own timeout can only shorten. The
+    old timer is deleted, unless a sweeper holds it right now (waiting for
+    this lock: deleting it would deadlock); its handler then finds that the
+    deadline it was armed for is not this run's, and does nothing."""
+    old = Timer.objects.filter(execution_id=execution.id, kind=TimerKind.WORKFLOW_TIMEOUT)
+    Timer.objects.filter(pk__in=list(old.select_for_update(skip_locked=True).values_list("id", flat=True))).delete()
+    deadline = None
+    if execution.parent_execution_id is not None:
+        deadline = (
+            Execution.objects.filter(pk=execution.parent_execution_id, status__in=ACTIVE_EXECUTION)
+            .values_list("deadline", flat=True).first()
+        )
+    Execution.objects.filter(pk=execution.id).update(evaluated_at=None, deadline=deadline)
+    execution.evaluated_at, execution.deadline = None, deadline
+
+
+def _reopen(execution: Execution, *, now: dt.datetime) -> None:
     fields = dict(status=ExecutionStatus.RUNNING, ended_at=None, reason_for_incompletion="", output={},
-                  failed_task_names=[], next_seq=next_seq, updated_at=now)
+                  failed_task_names=[], updated_at=now)
     Execution.objects.filter(pk=execution.id).update(**fields)
     for name, value in fields.items():
         setattr(execution, name, value)
@@ -250,11 +305,11 @@ def restart_execution(*, execution_id: uuid.UUID) -> Execution:
         workflow = executor.workflow_of(execution)
         now = clock.now()
         Execution.objects.filter(pk=execution.id).update(
-            run=execution.run + 1, variables=dict(workflow.get("variables") or {}), evaluated_at=None,
-            deadline=None if execution.parent_execution_id is None else execution.deadline, started_at=now,
+            run=execution.run + 1, variables=dict(workflow.get("variables") or {}), started_at=now,
         )
         execution.refresh_from_db()
-        _reopen(execution, next_seq=execution.next_seq, now=now)
+        _reopen(execution, now=now)
+        _rearm_workflow_timeout(execution)
         executor.decide_locked(execution)
         return execution
 

@@ -63,7 +63,6 @@ class Execution(models.Model):
     path_prefix = models.CharField(max_length=1000, blank=True, default="")
     depth = models.PositiveSmallIntegerField(default=0)
     run = models.PositiveIntegerField(default=1, help_text="Incremented by restart; tasks of earlier runs are history.")
-    next_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     evaluated_at = models.DateTimeField(null=True, blank=True, help_text="First evaluation (arms the workflow timeout).")
@@ -84,6 +83,10 @@ class Execution(models.Model):
             models.Index(fields=["namespace", "status", "-created_at"], name="execution_ns_status"),
             models.Index(fields=["namespace", "name", "-created_at"], name="execution_ns_name"),
             models.Index(fields=["namespace", "correlation_id"], name="execution_ns_correlation"),
+            # maxConcurrentExecutions counts the active runs of one definition.
+            models.Index(
+                fields=["namespace", "name"], condition=Q(status__in=["RUNNING", "PAUSED"]), name="execution_active_name"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -150,6 +153,8 @@ class Task(models.Model):
                 condition=Q(status="SCHEDULED", held=False, kind="system"),
                 name="task_system_ready",
             ),
+            # In-flight tasks of one queue: concurrentExecLimit counts them at dequeue.
+            models.Index(fields=["namespace", "queue"], condition=Q(status="IN_PROGRESS"), name="task_in_flight"),
             # Expired leases, for the sweeper.
             models.Index(
                 fields=["lease_expires_at"], condition=Q(status="IN_PROGRESS"), name="task_lease_expiry"
@@ -206,3 +211,26 @@ class Message(models.Model):
     payload = models.JSONField()
     created_at = models.DateTimeField()
     consumed_by = models.UUIDField(null=True, blank=True, db_index=True)
+
+
+class BreakerState(models.Model):
+    """One process's circuit breaker for one key, as it last reported it
+    (``executions.breakers``): one row per namespace whose tasks used it."""
+
+    process = models.CharField(max_length=200)
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=300)
+    state = models.CharField(max_length=16)
+    failures = models.PositiveIntegerField(default=0)
+    requests = models.PositiveIntegerField(default=0)
+    opened_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["process", "namespace", "key"], name="breaker_state_unique"),
+        ]
+        indexes = [models.Index(fields=["namespace", "updated_at"], name="breaker_state_ns_updated")]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.state} ({self.process})"

@@ -91,6 +91,52 @@ def decider_wakeup() -> None:
     _send(DECIDE_CHANNEL, DECIDE_KEY)
 
 
+def semaphore_key(namespace_id: int, name: str) -> str:
+    return f"s:{namespace_id}:{name}"
+
+
+def task_freed(namespace_id: int, queue: str, *, capped: bool, semaphores: tuple[str, ...]) -> None:
+    """Call inside the transaction that took a worker task out of
+    IN_PROGRESS: pollers waiting for the slot (``capped``) or the permits it
+    held try again the moment it commits (no fixed postpone)."""
+    if capped:
+        _send_once(queue_key(namespace_id, queue))
+    for name in semaphores:
+        _send_once(semaphore_key(namespace_id, name))
+
+
+def semaphore_freed(namespace_id: int, name: str) -> None:
+    """Permits were added or released by hand: wake every queue naming it."""
+    _send_once(semaphore_key(namespace_id, name))
+
+
+def _send_once(key: str) -> None:
+    """``_send`` on the tasks channel, at most once per key per transaction
+    (a batch of results freeing many slots of one queue sends one)."""
+    sent = _sent_in_transaction()
+    if key not in sent:
+        sent.add(key)
+        _send(TASKS_CHANNEL, key)
+
+
+def _sent_in_transaction() -> set[str]:
+    # The set lives as long as the on_commit callback that forgets it: a
+    # rolled-back transaction drops the callback, and so the set with it.
+    state = getattr(connection, "_nodeflow_sent", None)
+    if state is not None and connection.in_atomic_block and any(
+        entry[1] is state[0] for entry in connection.run_on_commit
+    ):
+        return state[1]
+    keys: set[str] = set()
+    if connection.in_atomic_block:
+        def forget() -> None:
+            connection._nodeflow_sent = None
+
+        connection._nodeflow_sent = (forget, keys)
+        transaction.on_commit(forget)
+    return keys
+
+
 # --- the PostgreSQL listener ----------------------------------------------
 
 class _Listener(threading.Thread):

@@ -23,6 +23,7 @@ from executions.models import Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
+from quotas import gate
 
 MAX_LOG_ENTRIES = 200
 FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.FAILED_WITH_TERMINAL_ERROR)
@@ -87,24 +88,34 @@ def _write(task: Task, result: Result, now: dt.datetime, *, human: bool, paused:
         query = query.filter(lease_token=result.lease_token)
     if not query.update(**fields):
         raise _stale(task)
+    _wake_if_freed(task, fields)
+    for name, value in fields.items():
+        setattr(task, name, value)
     return decide
+
+
+def _wake_if_freed(task: Task, fields: dict[str, Any]) -> None:
+    """A worker task leaving IN_PROGRESS frees a slot or permits of its queue:
+    drop its permits and wake that queue's waiting pollers when this commits."""
+    if task.kind == "worker" and fields.get("status", TaskStatus.IN_PROGRESS) != TaskStatus.IN_PROGRESS:
+        gate.task_left(namespace_id=task.namespace_id, queue=task.queue, task_id=task.id)
 
 
 def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
     """Apply one result (and the decision it causes)."""
     with transaction.atomic():
-        execution_id = (
-            Task.objects.filter(pk=result.task_id, namespace=namespace).values_list("execution_id", flat=True).first()
-        )
-        if execution_id is None:
+        found = list(Task.objects.filter(pk=result.task_id, namespace=namespace)[:1])
+        task = found[0] if found else None
+        if task is None:
             raise NotFound(f"task '{result.task_id}' does not exist")
-        execution = executor.lock_execution(execution_id)
-        task = Task.objects.get(pk=result.task_id)
+        # Read before the lock: _write's conditional UPDATE (status and token)
+        # is what decides, so a change in between still gets its 409.
+        execution = executor.lock_execution(task.execution_id)
         _check(task, result, human=human)
         paused = execution.status == ExecutionStatus.PAUSED
         if _write(task, result, clock.now(), human=human, paused=paused) and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution)
-        return Task.objects.get(pk=result.task_id)
+        return task
 
 
 def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]:
@@ -147,6 +158,7 @@ def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:
     fields, decide = _fields(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
     key = (result.lease_token, json.dumps(fields, sort_keys=True, default=str))
     writes.setdefault(key, (fields, []))[1].append(task.id)
+    _wake_if_freed(task, fields)
     if decide:
         touched[execution.id] = execution
     # The same task twice in one batch: the second answer is 409.

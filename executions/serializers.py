@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from executions.blocked import blocked_by
+from executions.blocked import blocked_by, execution_blocked_by
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow.fields import (
     EnumField,
@@ -153,6 +153,7 @@ def execution_view(execution: Execution, *, tasks: list[Task] | None = None) -> 
         "startedAt": iso(execution.started_at),
         "endedAt": iso(execution.ended_at),
         "deadline": iso(execution.deadline),
+        "blockedBy": execution_blocked_by(execution, tasks=tasks),
     }
     if tasks is not None:
         context: dict = {}

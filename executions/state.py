@@ -98,7 +98,7 @@ class Snapshot:
     depth: int = 0
     path_prefix: str = ""
     run: int = 1
-    next_seq: int = 0
+    next_seq: int = 0  # one past the highest seq of the current run's rows
     evaluated_at: dt.datetime | None = None
     deadline: dt.datetime | None = None
     correlation_id: str | None = None
@@ -123,8 +123,10 @@ class Decision:
     evaluated: bool = False  # first evaluation: arm the workflow timeout
     deadline: dt.datetime | None = None
     next_seq: int = 0
-    retries: int = 0
+    # task-definition names, one per retry scheduled / refused by the retry budget (metrics)
+    retries: list[str] = field(default_factory=list)
     budget_refusals: list[str] = field(default_factory=list)
+    capped: int = 0  # dispatchable tasks held back by maxConcurrentTasks
 
     @property
     def empty(self) -> bool:

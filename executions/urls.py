@@ -1,6 +1,6 @@
 from django.urls import path
 
-from executions import views, worker_api
+from executions import breaker_views, views, worker_api
 
 urlpatterns = [
     path("executions", views.ExecutionListView.as_view()),
@@ -17,4 +17,5 @@ urlpatterns = [
     path("tasks/<str:task_id>/heartbeat", worker_api.HeartbeatView.as_view()),
     path("tasks/<str:task_id>/result", worker_api.ResultView.as_view()),
     path("webhooks/<str:name>", worker_api.WebhookView.as_view()),
+    path("breakers", breaker_views.BreakersView.as_view()),
 ]

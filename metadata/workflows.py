@@ -15,6 +15,7 @@ from metadata.validation import normalize_workflow
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
+from quotas.namespace_quotas import check_new_workflow_definition
 
 
 def get_definition(*, namespace: Namespace, name: str, lock: bool = False) -> WorkflowDefinition:
@@ -68,6 +69,8 @@ def _lock_or_create(namespace: Namespace, name: str) -> WorkflowDefinition:
 def register_workflow(*, namespace: Namespace, body: object) -> WorkflowVersion:
     """Validate and store a new version (published if it is the first)."""
     normalized = normalize_workflow(body)
+    # A new name counts against the namespace's maxWorkflowDefinitions.
+    check_new_workflow_definition(namespace=namespace, name=normalized["name"])
     definition = _lock_or_create(namespace, normalized["name"])
     number = definition.latest_version + 1
     # Baking now checks children, cycles and depth for drafts too.

@@ -63,6 +63,14 @@ class LimitExceeded(ApiError):
     error = "LIMIT_EXCEEDED"
 
 
+class QuotaExceeded(ApiError):
+    """429 from a namespace quota: ``quota``, ``limit``, ``current``,
+    ``retryAfterSeconds`` (also sent as a Retry-After header)."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    error = "QUOTA_EXCEEDED"
+
+
 class PayloadTooLarge(ApiError):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     error = "PAYLOAD_TOO_LARGE"

@@ -7,8 +7,16 @@ from nodeflow.loop import Role
 
 
 def all_in_one_roles(stop: threading.Event) -> list[Role]:
-    """Every background role, sharing one stop event."""
-    from executions.roles.decider import DeciderRole
-    from executions.roles.sweeper import SweeperRole
+    """Every background role, sharing one stop event. System tasks run here
+    unless Celery workers run them (CELERY_BROKER_URL is set)."""
+    from django.conf import settings
 
-    return [DeciderRole(stop), SweeperRole(stop)]
+    from executions.roles.decider import DeciderRole
+    from executions.roles.scheduler import SchedulerRole
+    from executions.roles.sweeper import SweeperRole
+    from executions.roles.systemtasks import SystemTaskRole
+
+    roles: list[Role] = [DeciderRole(stop), SweeperRole(stop), SchedulerRole(stop)]
+    if not settings.CELERY_BROKER_URL:
+        roles.append(SystemTaskRole(stop))
+    return roles

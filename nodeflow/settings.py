@@ -165,6 +165,28 @@ def _circuit_breaker_config(raw: str) -> dict:
 
 NODE_FLOW_CIRCUIT_BREAKER = _circuit_breaker_config(env("NODE_FLOW_CIRCUIT_BREAKER", default=""))
 
+# --- System tasks (docs/system-tasks.md) -------------------------------------
+# Worker threads of one ``nodeflow_systemtasks`` process.
+NODE_FLOW_SYSTEM_TASK_THREADS = env.int("NODE_FLOW_SYSTEM_TASK_THREADS", default=8)
+# The longest a system task's lease lasts (and so the longest one call may
+# take); a runner that dies mid-call is noticed within it.
+NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = env.float("NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS", default=120.0)
+# Outbound hosts: comma-separated CIDRs, addresses and host names (".example.com"
+# also matches subdomains), checked after DNS resolution. Deny wins; an empty
+# allow-list allows every host the deny-list does not refuse.
+NODE_FLOW_OUTBOUND_DENY = env.list(
+    "NODE_FLOW_OUTBOUND_DENY",
+    default=["169.254.0.0/16", "fe80::/10", "169.254.169.254", "fd00:ec2::254", "100.100.100.200",
+             "metadata.google.internal", "metadata.goog"],
+)
+NODE_FLOW_OUTBOUND_ALLOW = env.list("NODE_FLOW_OUTBOUND_ALLOW", default=[])
+# WEBHOOK signing secrets by secretName (JSON object); NODE_FLOW_SECRET_<NAME>
+# environment variables are read too.
+NODE_FLOW_WEBHOOK_SECRETS = env.json("NODE_FLOW_WEBHOOK_SECRETS", default={})
+# INLINE scripts: time and memory limits of one evaluation.
+NODE_FLOW_INLINE_TIMEOUT_SECONDS = env.float("NODE_FLOW_INLINE_TIMEOUT_SECONDS", default=2.0)
+NODE_FLOW_INLINE_MAX_MEMORY_MB = env.int("NODE_FLOW_INLINE_MAX_MEMORY_MB", default=64)
+
 # --- Celery -------------------------------------------------------------------
 # Optional. Unset: system tasks and sweeps run in the nodeflow_* roles.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="") or None
@@ -173,6 +195,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", default="nodeflow")
 
 LOGGING = {
     "version": 1,

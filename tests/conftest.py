@@ -13,6 +13,9 @@ from metadata.taskdefs import forget_policies
 from nodeflow import clock
 from nodeflow.keys import clear_caches, create_api_key
 
+# Fixtures of the system-task tests (a real HTTP server on loopback).
+pytest_plugins = ["tests.system_helpers"]
+
 
 @pytest.fixture(autouse=True)
 def _reset_process_state():
@@ -21,10 +24,21 @@ def _reset_process_state():
     clock.reset()
     clear_caches()
     forget_policies()
+    _forget_controls()
     yield
     clock.reset()
     clear_caches()
     forget_policies()
+    _forget_controls()
+
+
+def _forget_controls() -> None:
+    """Task-definition controls seen at dequeue and recorded polls are
+    remembered per process; the rows behind them are rolled back."""
+    from quotas import controls, diagnostics
+
+    controls.forget()
+    diagnostics.forget_polls()
 
 
 @pytest.fixture

@@ -475,7 +475,8 @@ def test_it_shows_every_execution_and_task_field(api, frozen_clock):
     assert (task["inputData"], task["outputData"]) == ({"n": 1}, {})
     assert task["reasonForIncompletion"] is None
     assert task["idempotencyKey"] == f"{started['id']}:work"
-    assert task["blockedBy"] is None
+    # Nothing holds it but the want of a worker: no one has polled "work" yet.
+    assert task["blockedBy"] == {"control": "noPollers", "limit": None, "current": 0, "since": at(frozen_clock)}
 
     clock.advance(2)
     leased = poll_one(api, "work", worker="w9")

@@ -3,15 +3,30 @@ handles expired leases (start-to-close and heartbeat timeouts, re-delivery).
 Any number may run; see ``executions.timers`` for why each fires once."""
 from __future__ import annotations
 
+import time
+
 from executions import timers
 from nodeflow.loop import Role
+from quotas import semaphores
+
+HOLDER_SWEEP_S = 5.0
 
 
 class SweeperRole(Role):
     name = "sweeper"
     idle_wait_s = 0.5
 
+    _next_holder_sweep = 0.0
+
     def tick(self) -> bool:
         fired = timers.fire_next_timer()
         expired = timers.expire_next_lease()
+        self._sweep_holders()
         return fired or expired
+
+    def _sweep_holders(self) -> None:
+        """Every HOLDER_SWEEP_S, delete semaphore holders whose task ended or
+        whose lease expired. Tidiness only: they already count for nothing."""
+        if time.monotonic() >= self._next_holder_sweep:
+            self._next_holder_sweep = time.monotonic() + HOLDER_SWEEP_S
+            semaphores.sweep_stale_holders()

@@ -1,0 +1,131 @@
+"""Workflow admission by key (``rateLimitConfig``).
+
+At most ``concurrentExecLimit`` executions of one workflow that share the
+resolved ``rateLimitKey`` run at once. A start past that is created RUNNING
+with ``awaitingAdmission: true`` and no decision at all (its first decision,
+which also arms its timeout, is deferred), and waits in line. When a holder
+ends, the first in line are admitted and decided, in start order.
+
+The line is the ``Admission`` table, in the database: a restart of every
+process changes nothing. A bucket is (workflow name, key): different keys
+never contend. A key that resolves to nothing (null or "") is the bucket
+named by the expression itself, so an unkeyed run still counts against the
+limit. Each bucket is serialised by a transaction-scoped lock on its name.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from executions import executor
+from executions.models import Execution
+from metadata.expressions import resolve
+from quotas import locks
+from quotas.models import Admission
+
+MAX_KEY_LENGTH = 256
+
+
+def admission_key(*, workflow: dict, execution: Execution) -> str | None:
+    """The execution's resolved key, or None when the workflow has no
+    ``rateLimitConfig``. Only ``${workflow.…}`` may appear in it (checked at
+    registration): no task has run yet."""
+    config = workflow.get("rateLimitConfig")
+    if not config:
+        return None
+    expression = config["rateLimitKey"]
+    context = {"workflow": {
+        "input": execution.input, "variables": execution.variables, "output": {},
+        "executionId": str(execution.id), "workflowId": str(execution.id), "correlationId": execution.correlation_id,
+        "name": execution.name, "version": execution.version, "parentExecutionId": None,
+    }}
+    value: Any = resolve(expression, context)
+    if value is None or value == "":
+        value = expression
+    key = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return key[:MAX_KEY_LENGTH]
+
+
+def _bucket(name: str, key: str) -> str:
+    return f"{name}:{key}"
+
+
+def _limit(execution: Execution) -> int:
+    config = executor.workflow_of(execution).get("rateLimitConfig") or {}
+    return int(config.get("concurrentExecLimit") or 1)
+
+
+def _admitted(namespace_id: int, bucket: str) -> int:
+    return Admission.objects.filter(namespace_id=namespace_id, bucket=bucket, admitted=True).count()
+
+
+def line_up(*, execution: Execution, workflow: dict) -> bool | None:
+    """Before a new execution is inserted: lock its bucket and say whether it
+    runs now (True), waits in line (False), or is not rate-limited (None).
+    Sets ``admission_key`` and ``awaiting_admission`` on it. The caller then
+    inserts it and calls ``take_ticket`` in the same transaction."""
+    key = admission_key(workflow=workflow, execution=execution)
+    if key is None:
+        return None
+    bucket = _bucket(execution.name, key)
+    locks.lock_name(locks.admission_lock(execution.namespace_id, bucket))
+    limit = int(workflow["rateLimitConfig"]["concurrentExecLimit"])
+    waiting = Admission.objects.filter(namespace_id=execution.namespace_id, bucket=bucket, admitted=False)
+    if waiting.exists() and _admitted(execution.namespace_id, bucket) < limit:
+        _admit_next(execution.namespace_id, bucket)  # the limit was raised: those in line go first
+    admitted = not waiting.exists() and _admitted(execution.namespace_id, bucket) < limit
+    execution.admission_key, execution.awaiting_admission = key, not admitted
+    return admitted
+
+
+def take_ticket(*, execution: Execution, admitted: bool) -> None:
+    """Record an inserted execution's place (skipped for one that already
+    ended in its first decision: it holds nothing)."""
+    if not execution.active:
+        return
+    Admission.objects.create(
+        namespace_id=execution.namespace_id, bucket=_bucket(execution.name, execution.admission_key),
+        execution=execution, admitted=admitted, created_at=execution.created_at,
+    )
+
+
+def release(execution: Execution) -> list[uuid.UUID]:
+    """An execution ended: give up its ticket; if it held a slot, admit the
+    next in line. Returns the ids admitted (each gets a decide request)."""
+    if execution.admission_key is None:
+        return []
+    ticket = Admission.objects.filter(execution_id=execution.id).values_list("admitted", "bucket").first()
+    if ticket is None:
+        return []
+    held, bucket = ticket
+    Admission.objects.filter(execution_id=execution.id).delete()
+    if not held:
+        return []  # a waiting execution ended (terminated): it freed no slot
+    locks.lock_name(locks.admission_lock(execution.namespace_id, bucket))
+    return _admit_next(execution.namespace_id, bucket)
+
+
+def _admit_next(namespace_id: int, bucket: str) -> list[uuid.UUID]:
+    """Admit waiting executions in start order while their limit allows.
+    Each is marked admitted and queued for its first decision."""
+    admitted_ids: list[uuid.UUID] = []
+    running = _admitted(namespace_id, bucket)
+    waiting = Admission.objects.filter(namespace_id=namespace_id, bucket=bucket, admitted=False).order_by("id")
+    for ticket in waiting.select_related("execution")[:100]:
+        if running >= _limit(ticket.execution):
+            break
+        if not Admission.objects.filter(pk=ticket.pk, admitted=False).update(admitted=True):
+            continue  # it ended (terminated) meanwhile
+        Execution.objects.filter(pk=ticket.execution_id).update(awaiting_admission=False)
+        executor.request_decision(ticket.execution_id)
+        admitted_ids.append(ticket.execution_id)
+        running += 1
+    return admitted_ids
+
+
+def use_of(execution: Execution) -> tuple[int, int]:
+    """(limit, executions admitted) of the execution's bucket."""
+    bucket = _bucket(execution.name, execution.admission_key or "")
+    return _limit(execution), _admitted(execution.namespace_id, bucket)
+

@@ -1,0 +1,85 @@
+"""The live controls of a task definition: concurrentExecLimit, the task
+rate limit and semaphores. A worker queue is named after its task
+definition, so the queue's controls are that definition's.
+
+They are read at dequeue, under the queue's lock, so a change applies to
+the very next poll. Two process-local memories make that cheap:
+``is_controlled`` lets PostgreSQL skip the one-statement fast path for
+queues known to have controls, and ``cached_controls`` (up to
+``HINT_CACHE_S`` old) serves wake-ups and diagnostics, which are hints.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from metadata.models import TaskDefinition
+
+HINT_CACHE_S = 1.0
+_MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True)
+class Controls:
+    concurrent_exec_limit: int = 0
+    rate_limit: int = 0
+    rate_window_s: float = 0.0
+    semaphores: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.concurrent_exec_limit or self.rate_limited or self.semaphores)
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.rate_limit > 0 and self.rate_window_s > 0
+
+
+NONE = Controls()
+
+
+def read_controls(*, namespace_id: int, queue: str) -> Controls:
+    """The controls as committed now (one indexed lookup)."""
+    row = (
+        TaskDefinition.objects.filter(namespace_id=namespace_id, name=queue)
+        .values_list("concurrent_exec_limit", "rate_limit_per_frequency", "rate_limit_frequency_seconds", "semaphores")
+        .first()
+    )
+    if row is None:
+        return NONE
+    cap, rate, window, semaphores = row
+    found = Controls(cap or 0, rate or 0, float(window or 0), tuple(sorted(semaphores or ())))
+    remember(namespace_id, queue, found)
+    return found
+
+
+_lock = threading.Lock()
+_cache: dict[tuple[int, str], tuple[float, Controls]] = {}
+
+
+def remember(namespace_id: int, queue: str, controls: Controls) -> None:
+    with _lock:
+        if len(_cache) > _MAX_ENTRIES:
+            _cache.clear()
+        _cache[(namespace_id, queue)] = (time.monotonic(), controls)
+
+
+def cached_controls(*, namespace_id: int, queue: str) -> Controls:
+    """At most ``HINT_CACHE_S`` old: for hints (wake-ups, the queue view)."""
+    hit = _cache.get((namespace_id, queue))
+    if hit is not None and time.monotonic() - hit[0] < HINT_CACHE_S:
+        return hit[1]
+    return read_controls(namespace_id=namespace_id, queue=queue)
+
+
+def is_controlled(namespace_id: int, queue: str) -> bool:
+    """Whether this process last saw controls on the queue (any age): only
+    chooses which dequeue path to try first, never what it allows."""
+    hit = _cache.get((namespace_id, queue))
+    return hit is not None and hit[1].any
+
+
+def forget() -> None:
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,83 @@
+"""Request and response shapes for controls, quotas, schedules and queues."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from executions.serializers import JSONObjectField, iso
+from nodeflow.fields import NameField, StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
+from quotas.models import Schedule, SemaphoreHolder
+from quotas.semaphores import SemaphoreUse
+
+MAX_PERMITS = 1_000_000
+MAX_QUOTA = 1_000_000_000
+
+
+class SemaphoreSerializer(StrictSerializer):
+    """A semaphore: PUT takes permits; GET one adds its holders."""
+
+    name = serializers.CharField(read_only=True)
+    permits = StrictIntegerField(min_value=0, max_value=MAX_PERMITS)
+    held = serializers.IntegerField(read_only=True)
+    holders = serializers.ListField(read_only=True)
+
+
+def semaphore_view(use: SemaphoreUse) -> dict:
+    return {"name": use.name, "permits": use.permits, "held": use.held}
+
+
+def holder_view(holder: SemaphoreHolder) -> dict:
+    task = holder.task
+    return {
+        "holderId": holder.id, "taskId": str(task.id), "executionId": str(task.execution_id),
+        "taskType": task.task_def_name, "workerId": holder.worker_id or None,
+        "acquiredAt": iso(holder.acquired_at), "leaseExpiresAt": iso(task.lease_expires_at),
+    }
+
+
+def _quota_field() -> StrictIntegerField:
+    return StrictIntegerField(min_value=0, max_value=MAX_QUOTA, required=False, allow_null=True, default=None)
+
+
+class QuotasSerializer(StrictSerializer):
+    maxConcurrentExecutions = _quota_field()
+    maxExecutionsPerMinute = _quota_field()
+    maxWorkflowDefinitions = _quota_field()
+    maxSchedules = _quota_field()
+
+
+class ScheduleSerializer(StrictSerializer):
+    name = NameField(required=False)
+    cron = StrictCharField(max_length=200)
+    timezone = StrictCharField(max_length=64, required=False, default="UTC")
+    workflowName = NameField(source="workflow_name")
+    version = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)
+    input = JSONObjectField(required=False, default=dict)
+    paused = StrictBooleanField(required=False, default=False)
+    # Returned by GET; accepted and ignored so a fetched body can be sent back.
+    nextFireAt = serializers.DateTimeField(read_only=True)
+    lastFiredAt = serializers.DateTimeField(read_only=True)
+    lastExecutionId = serializers.UUIDField(read_only=True)
+    lastError = serializers.CharField(read_only=True)
+    lastRefusal = serializers.JSONField(read_only=True)
+    createdAt = serializers.DateTimeField(read_only=True)
+    updatedAt = serializers.DateTimeField(read_only=True)
+
+
+def schedule_view(schedule: Schedule) -> dict:
+    return {
+        "name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
+        "workflowName": schedule.workflow_name, "version": schedule.version, "input": schedule.input,
+        "paused": schedule.paused, "nextFireAt": None if schedule.paused else iso(schedule.next_fire_at),
+        "lastFiredAt": iso(schedule.last_fired_at),
+        "lastExecutionId": str(schedule.last_execution_id) if schedule.last_execution_id else None,
+        "lastError": schedule.last_error or None, "lastRefusal": schedule.last_refusal,
+        "createdAt": iso(schedule.created_at), "updatedAt": iso(schedule.updated_at),
+    }
+
+
+def workers_view(rows: list[dict]) -> list[dict]:
+    return [
+        {"workerId": row["workerId"], "lastPollAt": iso(row["lastPollAt"]),
+         "queues": [{"taskType": q["taskType"], "lastPollAt": iso(q["lastPollAt"])} for q in row["queues"]]}
+        for row in rows
+    ]
