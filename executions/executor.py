@@ -211,13 +211,17 @@ def decide_many(executions: list[Execution]) -> None:
     apply_many(decisions, now)
 
 
-def request_decision(execution_id: uuid.UUID, due_at: dt.datetime | None = None) -> None:
-    """Queue "decide this execution" durably (idempotent)."""
-    due_at = due_at or clock.now()
+def request_decision(execution_id: uuid.UUID) -> None:
+    """Queue "decide this execution" durably (idempotent), and decide it in
+    this process right after the caller commits. The request row is the
+    durable fallback: a decider role picks it up if this process dies first
+    or the decision fails. (No NOTIFY: every listening session in the
+    database would pay a transaction for each one.)"""
     DecideRequest.objects.bulk_create(
-        [DecideRequest(execution_id=execution_id, due_at=due_at)],
+        [DecideRequest(execution_id=execution_id, due_at=clock.now())],
         update_conflicts=True, unique_fields=["execution"], update_fields=["due_at"],
     )
+    transaction.on_commit(functools.partial(decide_now, execution_id), robust=True)
     notify.decider_wakeup()
 
 

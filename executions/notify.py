@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 # for: every notification a listening session receives costs it a (read-only)
 # transaction in PostgreSQL.
 TASKS_CHANNEL = "nodeflow_tasks"
-DECIDE_CHANNEL = "nodeflow_decide"
 SYSTEM_CHANNEL = "nodeflow_system"
 DECIDE_KEY = "decide"
 SYSTEM_KEY = "system"
@@ -88,7 +87,8 @@ def task_ready(namespace_id: int, queue: str, kind: str) -> None:
 
 
 def decider_wakeup() -> None:
-    _send(DECIDE_CHANNEL, DECIDE_KEY)
+    """Wakes decider roles in this process only (see executor.request_decision)."""
+    transaction.on_commit(lambda: hub.wake(DECIDE_KEY))
 
 
 def semaphore_key(namespace_id: int, name: str) -> str:

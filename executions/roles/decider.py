@@ -2,8 +2,9 @@
 
 Most decisions run inline, in the transaction of the event that caused them
 (a task result, a start, a timer). The queue carries the rest: a child that
-ended (its parent re-decides), ``POST …/decide``, a decision that failed
-inline. Any number of deciders run side by side: each request is claimed
+ended (its parent re-decides), an admission, a decision that failed inline.
+Each request is also tried at once, right after the commit that made it, by
+the process that made it; the row is what survives if that process dies. Any number of deciders run side by side: each request is claimed
 with SKIP LOCKED, and the execution's row lock keeps one decider per
 execution at a time.
 """
@@ -31,7 +32,6 @@ class DeciderRole(Role):
 
     def on_start(self) -> None:
         notify.hub.attach(notify.DECIDE_KEY, self.wake)
-        notify.ensure_listener(notify.DECIDE_CHANNEL)
 
     def tick(self) -> bool:
         now = clock.now()
