@@ -2,16 +2,9 @@
 ``quotas.schedules``), never by writing shared rows directly."""
 from django.contrib import admin, messages
 
+from metadata.admin import ReadOnlyAdmin
 from quotas import schedules, semaphores
 from quotas.models import Admission, NamespaceQuota, RateWindow, Schedule, Semaphore, SemaphoreHolder, WorkerPoll
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Semaphore)
