@@ -69,7 +69,7 @@ class Stack:
     """The server and its roles, as separate processes, on one database."""
 
     database_url: str
-    server_workers: int = 2
+    server_workers: int = 3
     server_threads: int = 16
     port: int = field(default_factory=free_port)
     processes: list[subprocess.Popen] = field(default_factory=list)
