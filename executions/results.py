@@ -132,6 +132,8 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
             e.id: e
             for e in Execution.objects.select_for_update().filter(pk__in=set(owners.values())).order_by("id")
         }
+        # Read again under the locks: the first read only found which
+        # executions to lock, and rows may have changed before we held them.
         tasks = {t.id: t for t in Task.objects.filter(pk__in=list(owners))}
         writes: dict[tuple[str, str], tuple[dict, list[uuid.UUID]]] = {}
         touched: dict[uuid.UUID, Execution] = {}
