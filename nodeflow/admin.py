@@ -1,8 +1,12 @@
-"""Admin for namespaces and API keys. Keys are created and revoked through
-``nodeflow.keys``, never by writing rows directly."""
+"""Admin for namespaces and API keys. Namespaces are created through
+``nodeflow.keys.ensure_namespace``; keys are created and revoked through
+``nodeflow.keys``, never by writing rows directly. Neither is deleted here:
+deleting a namespace would take every running execution with it, and a key
+is revoked, not deleted, so that what it did stays attributable."""
 from django.contrib import admin, messages
 
-from nodeflow.keys import create_api_key, revoke_api_key
+from nodeflow.admin_support import report_each
+from nodeflow.keys import create_api_key, ensure_namespace, revoke_api_key
 from nodeflow.models import ApiKey, Namespace
 
 
@@ -10,13 +14,29 @@ from nodeflow.models import ApiKey, Namespace
 class NamespaceAdmin(admin.ModelAdmin):
     list_display = ("name", "created_at")
     search_fields = ("name",)
+    show_full_result_count = False
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else ("name", "created_at")
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change) -> None:
+        if change:
+            return  # nothing is editable: a namespace's name is in every URL and key
+        created = ensure_namespace(name=obj.name)
+        obj.pk, obj.created_at = created.pk, created.created_at
+        obj._state.adding = False
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ("id", "prefix", "role", "namespace", "name", "created_at", "revoked_at")
     list_filter = ("role", "namespace", ("revoked_at", admin.EmptyFieldListFilter))
+    list_select_related = ("namespace",)
     search_fields = ("name", "prefix", "namespace__name")
+    show_full_result_count = False
     actions = ["revoke"]
 
     def get_fields(self, request, obj=None):
@@ -24,6 +44,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else ("namespace", "role", "prefix", "created_at", "revoked_at")
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
@@ -35,7 +58,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         obj._state.adding = False
         messages.warning(request, f"New API key (shown once, copy it now): {raw}")
 
-    @admin.action(description="Revoke the selected keys")
+    @admin.action(description="Revoke the selected keys", permissions=["change"])
     def revoke(self, request, queryset) -> None:
-        revoked = sum(revoke_api_key(key_id=pk) for pk in queryset.values_list("pk", flat=True))
-        messages.success(request, f"Revoked {revoked} key(s).")
+        def revoke(pk: int) -> str:
+            return "revoked" if revoke_api_key(key_id=pk) else "already revoked"
+
+        report_each(request, queryset.values_list("pk", flat=True), call=revoke, label=lambda pk: f"key {pk}")

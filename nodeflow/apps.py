@@ -6,4 +6,4 @@ class NodeflowConfig(AppConfig):
     verbose_name = "Node Flow: namespaces and API keys"
 
     def ready(self) -> None:
-        from nodeflow import schema  # noqa: F401 - registers the schema extensions
+        from nodeflow import health, schema  # noqa: F401 - register the deploy checks and schema extensions
