@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "metadata",
     "executions",
     "quotas",
+    "console",
 ]
 
 MIDDLEWARE = [

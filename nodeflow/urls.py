@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),
     path("api-auth/", include("rest_framework.urls")),
+    path("console/", include("console.urls")),
     path("v1/ns/<str:ns>/metadata/", include("metadata.urls")),
     path("v1/ns/<str:ns>/", include("executions.urls")),
     path("v1/ns/<str:ns>/", include("quotas.urls")),
