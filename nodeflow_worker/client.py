@@ -1,14 +1,33 @@
-"""HTTP client for the worker API (SPEC §7): poll, heartbeat, result, results."""
+"""HTTP client for the worker API (SPEC §7): poll, heartbeat, result, results.
+
+Thin on purpose: one call is one request, errors are raised as they come
+(``StaleLease`` for 409, ``httpx.HTTPStatusError`` for other error answers,
+``httpx.TransportError`` when the server cannot be reached). Retrying is the
+caller's choice; ``nodeflow_worker.Worker`` retries what is transient.
+"""
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+# The server's limits on a result (executions/serializers.py).
+MAX_REASON_CHARS = 10_000
+MAX_LOG_ENTRIES = 100
+
 
 class StaleLease(Exception):
     """409: the lease is no longer this worker's (expired, re-delivered, canceled)."""
+
+    def __init__(self, message: str, task_status: str | None = None) -> None:
+        super().__init__(message)
+        self.task_status = task_status
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None
 
 
 @dataclass
@@ -21,18 +40,38 @@ class LeasedTask:
     idempotency_key: str
     lease_token: str
     raw: dict
+    reference_task_name: str = ""
+    lease_expires_at: dt.datetime | None = None
 
     @classmethod
     def from_json(cls, body: dict) -> LeasedTask:
         return cls(
             task_id=body["taskId"], execution_id=body["executionId"], task_type=body["taskType"],
             input=body["inputData"], attempt=body["attempt"], idempotency_key=body["idempotencyKey"],
-            lease_token=body["leaseToken"], raw=body,
+            lease_token=body["leaseToken"], raw=body, reference_task_name=body.get("referenceTaskName", ""),
+            lease_expires_at=parse_time(body.get("leaseExpiresAt")),
         )
 
 
+def result_body(
+    task: LeasedTask, status: str, *, output: dict | None = None, reason: str = "", logs: list | None = None,
+    callback_after_s: float = 0.0,
+) -> dict:
+    """One result as the API takes it, clipped to the server's limits."""
+    body: dict[str, Any] = {
+        "leaseToken": task.lease_token, "status": status, "outputData": output or {},
+        "reasonForIncompletion": reason[:MAX_REASON_CHARS],
+    }
+    if logs:
+        body["logs"] = logs[-MAX_LOG_ENTRIES:]
+    if callback_after_s:
+        body["callbackAfterSeconds"] = callback_after_s
+    return body
+
+
 class Client:
-    """One connection pool to one server, for one namespace and API key."""
+    """One connection pool to one server, for one namespace and API key.
+    Safe to share between threads."""
 
     def __init__(self, base_url: str, api_key: str, namespace: str = "default", *, timeout_s: float = 40.0) -> None:
         self.namespace = namespace
@@ -47,7 +86,8 @@ class Client:
     def _post(self, path: str, body: Any) -> httpx.Response:
         response = self.http.post(self._url(path), json=body)
         if response.status_code == 409:
-            raise StaleLease(response.json().get("message", "stale lease"))
+            answer = _json_or_empty(response)
+            raise StaleLease(answer.get("message", "stale lease"), answer.get("taskStatus"))
         response.raise_for_status()
         return response
 
@@ -55,8 +95,9 @@ class Client:
         body = {"workerId": worker_id, "count": count, "waitSeconds": wait_s}
         return [LeasedTask.from_json(item) for item in self._post(f"tasks/poll/{task_type}", body).json()]
 
-    def heartbeat(self, task: LeasedTask, progress: Any = None) -> None:
-        self._post(f"tasks/{task.task_id}/heartbeat", {"leaseToken": task.lease_token, "progress": progress})
+    def heartbeat(self, task: LeasedTask, progress: Any = None) -> dict:
+        """Extend the lease; the answer carries the new ``leaseExpiresAt``."""
+        return self._post(f"tasks/{task.task_id}/heartbeat", {"leaseToken": task.lease_token, "progress": progress}).json()
 
     def complete(self, task: LeasedTask, output: dict | None = None) -> dict:
         return self.result(task, "COMPLETED", output=output)
@@ -65,17 +106,21 @@ class Client:
         status = "FAILED_WITH_TERMINAL_ERROR" if terminal else "FAILED"
         return self.result(task, status, output=output, reason=reason)
 
-    def result(self, task: LeasedTask, status: str, *, output: dict | None = None, reason: str = "") -> dict:
-        body = {"leaseToken": task.lease_token, "status": status, "outputData": output or {}, "reasonForIncompletion": reason}
+    def result(
+        self, task: LeasedTask, status: str, *, output: dict | None = None, reason: str = "", logs: list | None = None,
+        callback_after_s: float = 0.0,
+    ) -> dict:
+        body = result_body(task, status, output=output, reason=reason, logs=logs, callback_after_s=callback_after_s)
         return self._post(f"tasks/{task.task_id}/result", body).json()
 
     def results(self, items: list[tuple[LeasedTask, str, dict]]) -> list[dict]:
         """Report many at once: [(task, status, output)] → one answer each."""
-        body = {"results": [
-            {"taskId": task.task_id, "leaseToken": task.lease_token, "status": status, "outputData": output}
-            for task, status, output in items
-        ]}
-        return self._post("tasks/results", body).json()["results"]
+        return self.post_results([{"taskId": task.task_id, **result_body(task, status, output=output)}
+                                  for task, status, output in items])
+
+    def post_results(self, bodies: list[dict]) -> list[dict]:
+        """The batch route with ready-made bodies (``result_body`` plus ``taskId``), up to 100."""
+        return self._post("tasks/results", {"results": bodies}).json()["results"]
 
     # Conveniences for scripts and tests.
     def start(self, name: str, input: dict | None = None, **fields: Any) -> dict:
@@ -90,3 +135,11 @@ class Client:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _json_or_empty(response: httpx.Response) -> dict:
+    try:
+        answer = response.json()
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
