@@ -4,8 +4,11 @@ conditions, and the INLINE system task.
 The sandbox has no I/O at all (no require, no fetch, no timers); each call
 runs under a time limit and a memory limit. ``$`` is bound to the input. The
 code may be an expression (``$.n > 3``) or statements whose completion value
-is the result (``if ($.n > 3) { true } else { false }``). One V8 isolate per
-thread, since isolates are not shared between threads.
+is the result (``if ($.n > 3) { true } else { false }``). Every evaluation
+gets a fresh V8 context: a script can change its globals (``JSON.parse``,
+``Object.prototype``), and a context kept for the next script, of any
+execution or namespace, would carry that change (and whatever it captured)
+into it. A fresh context costs a few milliseconds.
 """
 from __future__ import annotations
 
@@ -16,21 +19,15 @@ from typing import Any
 from py_mini_racer import MiniRacer
 from py_mini_racer import _exc as js_exc
 
+from nodeflow.nesting import is_storable, max_depth, too_deep
+
 DECIDER_TIMEOUT_S = 0.5
 DECIDER_MAX_MEMORY_BYTES = 32 * 1024 * 1024
-
-_local = threading.local()
+TIMED_OUT_CLOSE_DELAY_S = 1.0
 
 
 class ScriptError(Exception):
     """The script threw, did not parse, ran out of time or of memory."""
-
-
-def _isolate() -> MiniRacer:
-    racer = getattr(_local, "racer", None)
-    if racer is None:
-        racer = _local.racer = MiniRacer()
-    return racer
 
 
 def evaluate(code: str, value: Any, *, timeout_s: float = DECIDER_TIMEOUT_S, max_memory: int = DECIDER_MAX_MEMORY_BYTES) -> Any:
@@ -41,16 +38,39 @@ def evaluate(code: str, value: Any, *, timeout_s: float = DECIDER_TIMEOUT_S, max
         "(function(){ const $ = JSON.parse(%s); const __r = eval(%s);"
         " return __r === undefined ? null : JSON.stringify(__r); })()"
     ) % (json.dumps(json.dumps(value)), json.dumps(code))
+    racer = MiniRacer()
     try:
-        result = _isolate().eval(program, timeout_sec=timeout_s, max_memory=max_memory)
+        result = racer.eval(program, timeout_sec=timeout_s, max_memory=max_memory)
     except js_exc.JSTimeoutException as exc:
+        # V8 reports the terminated script after eval has given up on it; a
+        # context closed before then logs "Event loop is closed" for it.
+        closer = threading.Timer(TIMED_OUT_CLOSE_DELAY_S, racer.close)
+        closer.daemon = True  # never keeps a stopping process waiting
+        closer.start()
+        racer = None
         raise ScriptError(f"script ran longer than {timeout_s} s") from exc
     except js_exc.JSOOMException as exc:
-        _local.racer = None  # an isolate that hit its heap limit is not reused
         raise ScriptError(f"script exceeded its memory limit ({max_memory // (1024 * 1024)} MiB)") from exc
     except js_exc.MiniRacerBaseException as exc:
         raise ScriptError(str(exc).strip().splitlines()[0] if str(exc).strip() else "script error") from exc
-    return None if result is None else json.loads(result)
+    finally:
+        if racer is not None:
+            racer.close()
+    return None if result is None else _parsed(result)
+
+
+def _parsed(result: str) -> Any:
+    try:
+        value = json.loads(result)
+    except RecursionError:
+        value, deep = None, True
+    else:
+        deep = too_deep(value)
+    if deep:
+        raise ScriptError(f"the script's result is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)")
+    if not is_storable(value):
+        raise ScriptError("the script's result holds a string that is not text (an unpaired UTF-16 surrogate or a NUL)")
+    return value
 
 
 def truthy(value: Any) -> bool:

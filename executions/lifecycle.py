@@ -17,7 +17,7 @@ from executions.state import FAILURE, Ending, StartChild
 from metadata import workflows
 from metadata.baking import bake
 from metadata.models import WorkflowSnapshot, WorkflowVersion
-from nodeflow import clock
+from nodeflow import clock, metrics
 from nodeflow.errors import Conflict, LimitExceeded, NotFound, QuotaExceeded
 from nodeflow.models import Namespace
 from quotas import admission, starts
@@ -179,9 +179,11 @@ def end_execution(execution: Execution, *, status: str, reason: str) -> None:
 
 def cancel_open_tasks(execution: Execution, *, reason: str) -> int:
     now = clock.now()
-    return Task.objects.filter(
+    open_tasks = Task.objects.filter(
         execution_id=execution.id, run=execution.run, status__in=(TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS)
-    ).update(status=TaskStatus.CANCELED, reason_for_incompletion=reason, ended_at=now, lease_token=None)
+    )
+    metrics.record_canceled(open_tasks)  # the execution is locked: the same rows are updated next
+    return open_tasks.update(status=TaskStatus.CANCELED, reason_for_incompletion=reason, ended_at=now, lease_token=None)
 
 
 def terminate_execution(*, execution_id: uuid.UUID, reason: str = "", cascade_from_parent: bool = False) -> Execution:

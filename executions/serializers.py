@@ -29,8 +29,11 @@ class JSONObjectField(serializers.JSONField):
         return super().to_internal_value(data)
 
 
+_DATETIME = serializers.DateTimeField()  # stateless when rendering; one, not one per call
+
+
 def iso(value) -> str | None:
-    return serializers.DateTimeField().to_representation(value) if value else None
+    return _DATETIME.to_representation(value) if value else None
 
 
 class StartExecutionSerializer(StrictSerializer):

@@ -56,9 +56,10 @@ def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime, 
     if policy == "ALERT_ONLY":
         log.warning("ALERT_ONLY: task %s of %s: %s", task.path, execution.id, reason)
         return
-    Task.objects.filter(pk=task.id, status__in=OPEN).update(
+    ended = Task.objects.filter(pk=task.id, status__in=OPEN).update(
         status=TaskStatus.TIMED_OUT, reason_for_incompletion=reason, ended_at=now, lease_token=None
     )
+    metrics.record_task_end(task, TaskStatus.TIMED_OUT, ended)
     if task.child_execution_id:
         lifecycle.terminate_execution(execution_id=task.child_execution_id, reason=reason, cascade_from_parent=True)
     if execution.status == ExecutionStatus.RUNNING:
@@ -121,6 +122,7 @@ def _wait(execution: Execution, timer: Timer, now: dt.datetime) -> None:
     updated = Task.objects.filter(pk=timer.task_id, status=TaskStatus.IN_PROGRESS).update(
         status=TaskStatus.COMPLETED, ended_at=now
     )
+    metrics.record_type_end("WAIT", TaskStatus.COMPLETED, updated)  # WAIT timers belong to WAIT tasks
     if updated and execution.status == ExecutionStatus.RUNNING:
         executor.decide_or_defer(execution)
 

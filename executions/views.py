@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from django.db import transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from executions import executor, lifecycle
-from executions.models import Execution, Message, Task
+from executions.models import Execution, Message
 from executions.pagination import paginate
 from executions.serializers import (
     ListExecutionsSerializer,
@@ -41,8 +42,7 @@ EXECUTION_PAGE = inline_serializer(
 
 
 def full_view(execution: Execution) -> dict:
-    tasks = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
-    return execution_view(execution, tasks=tasks)
+    return execution_view(execution, tasks=executor.read_run(execution))
 
 
 class ExecutionListView(NamespacedView):
@@ -50,8 +50,7 @@ class ExecutionListView(NamespacedView):
 
     @extend_schema(
         operation_id="list_executions", summary="List executions, newest first",
-        parameters=[OpenApiParameter(name, str, required=False) for name in ("status", "name", "correlationId", "cursor")]
-        + [OpenApiParameter("limit", int, required=False)],
+        parameters=[ListExecutionsSerializer],
         responses=EXECUTION_PAGE,
     )
     def get(self, request, ns):
@@ -150,7 +149,7 @@ class MessagesView(NamespacedView):
 
     @extend_schema(
         summary="Post a message to an execution (for PULL_WORKFLOW_MESSAGES)",
-        request=serializers.JSONField,
+        request=OpenApiTypes.ANY,
         responses={201: inline_serializer("MessageAccepted", fields={"id": serializers.IntegerField()})},
     )
     def post(self, request, ns, execution_id):

@@ -14,7 +14,7 @@ from django.db import transaction
 from executions import executor
 from executions.models import ExecutionStatus, Task, TaskStatus
 from metadata.expressions import ExpressionError, parse_path
-from nodeflow import clock
+from nodeflow import clock, metrics
 from nodeflow.models import Namespace
 
 
@@ -71,6 +71,7 @@ def _complete(task_id: uuid.UUID, execution_id: uuid.UUID, body: dict) -> bool:
         updated = Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS).update(
             status=TaskStatus.COMPLETED, output=body, ended_at=clock.now()
         )
+        metrics.record_type_end("WAIT_FOR_WEBHOOK", TaskStatus.COMPLETED, updated)
         if updated and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution)
         return bool(updated)

@@ -73,7 +73,7 @@ WORKFLOW_FIELDS = {
         "version": serializers.IntegerField(read_only=True),
         "published": serializers.BooleanField(read_only=True),
         "description": serializers.CharField(required=False),
-        "tasks": serializers.ListField(child=serializers.DictField()),
+        "tasks": serializers.ListField(child=serializers.DictField(), min_length=1),
         "inputParameters": serializers.ListField(child=serializers.CharField(), required=False),
         "outputParameters": serializers.DictField(required=False),
         "failureWorkflow": serializers.CharField(required=False, allow_null=True),

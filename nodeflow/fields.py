@@ -17,14 +17,15 @@ MAX_DURATION_S = 31_536_000.0
 
 
 class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer. ``1.0`` is refused like ``1.5``: the schema says
+    ``integer``, and the definition checks (metadata.validation) refuse it too."""
+
     default_error_messages = {"invalid": "must be an integer"}
 
     def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, (int, float)) or (
-            isinstance(data, float) and not data.is_integer()
-        ):
+        if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
-        return super().to_internal_value(int(data))
+        return super().to_internal_value(data)
 
 
 def _is_finite(value: int | float) -> bool:

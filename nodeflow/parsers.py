@@ -1,20 +1,53 @@
-"""YAML request bodies (``content-type: application/yaml``)."""
+"""Request body parsers: JSON, and YAML (``content-type: application/yaml``).
+
+Both refuse bodies nested deeper than NODE_FLOW_MAX_JSON_DEPTH, and strings
+that are not text: unpaired UTF-16 surrogates (``"\\ud800"``) and NUL
+(``"\\u0000"``, which PostgreSQL's jsonb refuses); see nodeflow.nesting. YAML
+also refuses aliases, whose shared nodes would multiply when the value is
+stored as JSON (a few hundred bytes can expand to gigabytes).
+"""
 import yaml
+from rest_framework import parsers
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import BaseParser
+
+from nodeflow.nesting import is_storable, max_depth, too_deep
 
 
-class YAMLParser(BaseParser):
+def _checked(value):
+    if too_deep(value):
+        raise ParseError(f"the body is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)")
+    if not is_storable(value):
+        raise ParseError("the body holds a string that is not text: an unpaired UTF-16 surrogate "
+                         "(\\ud800-\\udfff) or a NUL (\\u0000)")
+    return value
+
+
+class JSONParser(parsers.JSONParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        return _checked(super().parse(stream, media_type, parser_context))
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load's loader (no tags that build Python objects), without aliases."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+class YAMLParser(parsers.BaseParser):
     media_type = "application/yaml"
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            # safe_load: no tags that build Python objects.
-            return yaml.safe_load(stream.read().decode("utf-8"))
+            value = yaml.load(stream.read().decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ParseError(f"invalid YAML: {exc}") from exc
         except RecursionError as exc:  # the loader recurses once per nesting level
             raise ParseError("invalid YAML: nested too deeply") from exc
+        return _checked(value)
 
 
 class XYAMLParser(YAMLParser):

@@ -3,7 +3,9 @@
 Every variable is documented in the README's configuration table. A ``.env``
 file at the project root is read when present; the real environment wins.
 """
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import environ
@@ -96,6 +98,31 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- Metrics (docs/metrics.md) -----------------------------------------------
+# prometheus_client's multi-process mode: every process of a deployment keeps
+# its counters in files in this directory, and /metrics on any of them serves
+# the sum. prometheus_client reads the variable when it is first imported,
+# which is after the settings. Unset: a directory per database under var/, so
+# the API workers and the roles of one deployment share it with no set-up.
+# Set empty: each process serves only its own counters.
+
+
+def _metrics_dir(database: dict) -> str:
+    identity = "|".join(str(database.get(part) or "") for part in ("ENGINE", "HOST", "PORT", "NAME"))
+    name = Path(str(database.get("NAME") or "db")).name
+    return str(VAR_DIR / "prometheus" / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}")
+
+
+# Read as is: django-environ takes an empty value for unset.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+if PROMETHEUS_MULTIPROC_DIR is None:
+    PROMETHEUS_MULTIPROC_DIR = _metrics_dir(DATABASES["default"])
+if PROMETHEUS_MULTIPROC_DIR:
+    Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
+else:
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # set but empty would still mean "multi-process"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -120,7 +147,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["nodeflow.auth.HasScope"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "nodeflow.parsers.JSONParser",
         "nodeflow.parsers.YAMLParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
@@ -130,7 +157,7 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "EXCEPTION_HANDLER": "nodeflow.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "nodeflow.schema.ApiAutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 
@@ -140,6 +167,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # The API takes JSON (and YAML); the form parsers serve the browsable API
+    # only, and no strict body field accepts their all-string values.
+    "PARSER_WHITELIST": ["nodeflow.parsers.JSONParser", "nodeflow.parsers.YAMLParser"],
     # Swagger UI served from the installed package: no assets from the internet.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -149,6 +179,9 @@ SPECTACULAR_SETTINGS = {
 # Largest request body accepted (bytes); larger bodies get 413.
 NODE_FLOW_MAX_BODY_BYTES = env.int("NODE_FLOW_MAX_BODY_BYTES", default=1_048_576)
 DATA_UPLOAD_MAX_MEMORY_SIZE = NODE_FLOW_MAX_BODY_BYTES
+# Deepest nesting of a JSON (or YAML) value: request bodies deeper get 400,
+# script results and HTTP replies deeper fail their task (nodeflow/nesting.py).
+NODE_FLOW_MAX_JSON_DEPTH = env.int("NODE_FLOW_MAX_JSON_DEPTH", default=100)
 
 # --- Engine -------------------------------------------------------------------
 NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)

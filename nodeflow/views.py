@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodeflow.errors import NotFound, PayloadTooLarge
+from nodeflow.errors import InvalidField, NotFound, PayloadTooLarge
 from nodeflow.keys import find_namespace
 from nodeflow.models import Namespace
 
@@ -24,6 +24,7 @@ class NamespacedView(APIView):
     def initial(self, request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)
         _refuse_large_body(request)
+        _refuse_nul_in_path(kwargs)
 
     @cached_property
     def namespace(self) -> Namespace:
@@ -39,6 +40,17 @@ def _content_length(request) -> int:
         return int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return 0
+
+
+# URL parameter → the field name errors use.
+PATH_FIELDS = {"ns": "namespace", "task_type": "taskType", "execution_id": "executionId", "task_id": "taskId"}
+
+
+def _refuse_nul_in_path(kwargs: dict) -> None:
+    """No name or id holds a NUL, and PostgreSQL refuses one in any query."""
+    for key, value in kwargs.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidField(PATH_FIELDS.get(key, key), "must not contain NUL characters")
 
 
 def _refuse_large_body(request) -> None:

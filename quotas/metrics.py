@@ -1,16 +1,18 @@
-"""Prometheus counters for the controls (served by ``GET /metrics`` with
-the others, from the default registry)."""
+"""Prometheus counters for the controls, served by ``GET /metrics`` with the
+others (``nodeflow.metrics``; multi-process like them, docs/metrics.md)."""
 from __future__ import annotations
 
 from prometheus_client import Counter
 
 LIMIT_REFUSALS = Counter(
     "nodeflow_limit_refusals",
-    "Starts refused (429) and polls held back, by the control that refused them.",
+    "Starts and registrations refused (429) and dequeues held back, by the control that refused them.",
     ["control"],
 )
 
 
 def record_refusal(control: str) -> None:
-    """Count at once: the refused transaction rolls back, the refusal stands."""
+    """Count at once, not on commit: the refused transaction rolls back, the
+    refusal stands. ``control`` is the name the 429 gives (``concurrentExecLimit``,
+    ``semaphore:<name>``, ``quota:<quota>``…)."""
     LIMIT_REFUSALS.labels(control).inc()

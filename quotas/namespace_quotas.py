@@ -15,7 +15,7 @@ from metadata.models import WorkflowDefinition
 from nodeflow import clock
 from nodeflow.errors import QuotaExceeded
 from nodeflow.models import Namespace
-from quotas import rate_limits
+from quotas import metrics, rate_limits
 from quotas.models import NamespaceQuota, Schedule
 
 # camelCase name in the API → column.
@@ -50,6 +50,8 @@ def _locked(namespace_id: int) -> NamespaceQuota | None:
 
 
 def _refuse(quota: str, limit: int, current: int, retry_after_s: float, what: str) -> QuotaExceeded:
+    """The refusal to raise, counted now (its transaction rolls back)."""
+    metrics.record_refusal(f"quota:{quota}")
     return QuotaExceeded(
         f"namespace quota {quota} ({limit}) reached: {current} {what}",
         quota=quota, limit=limit, current=current, retryAfterSeconds=round(retry_after_s, 3),

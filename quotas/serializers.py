@@ -54,11 +54,11 @@ class ScheduleSerializer(StrictSerializer):
     input = JSONObjectField(required=False, default=dict)
     paused = StrictBooleanField(required=False, default=False)
     # Returned by GET; accepted and ignored so a fetched body can be sent back.
-    nextFireAt = serializers.DateTimeField(read_only=True)
-    lastFiredAt = serializers.DateTimeField(read_only=True)
-    lastExecutionId = serializers.UUIDField(read_only=True)
-    lastError = serializers.CharField(read_only=True)
-    lastRefusal = serializers.JSONField(read_only=True)
+    nextFireAt = serializers.DateTimeField(read_only=True, allow_null=True)  # null while paused
+    lastFiredAt = serializers.DateTimeField(read_only=True, allow_null=True)
+    lastExecutionId = serializers.UUIDField(read_only=True, allow_null=True)
+    lastError = serializers.CharField(read_only=True, allow_null=True)
+    lastRefusal = serializers.JSONField(read_only=True, allow_null=True)
     createdAt = serializers.DateTimeField(read_only=True)
     updatedAt = serializers.DateTimeField(read_only=True)
 

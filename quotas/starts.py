@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from executions.models import ACTIVE_EXECUTION, Execution
-from nodeflow.errors import LimitExceeded, QuotaExceeded
+from nodeflow.errors import LimitExceeded
 from quotas import admission, locks, metrics, namespace_quotas
 
 
@@ -22,8 +22,8 @@ def check_start(*, execution: Execution, workflow: dict, now: dt.datetime) -> bo
     try:
         namespace_quotas.check_start(namespace_id=execution.namespace_id, now=now)
         check_max_concurrent_executions(execution=execution, workflow=workflow)
-    except (LimitExceeded, QuotaExceeded) as exc:
-        metrics.record_refusal(exc.fields.get("control") or f"quota:{exc.fields.get('quota')}")
+    except LimitExceeded as exc:  # a quota's refusal is counted where it is made
+        metrics.record_refusal(exc.fields["control"])
         raise
     return admission.line_up(execution=execution, workflow=workflow)
 

@@ -23,12 +23,15 @@ from quotas.serializers import (
     workers_view,
 )
 
-SEMAPHORE = inline_serializer("SemaphoreUse", fields={
+SEMAPHORE_FIELDS = {
     "name": serializers.CharField(), "permits": serializers.IntegerField(), "held": serializers.IntegerField(),
-})
-QUEUE = inline_serializer("Queue", fields={
+}
+QUEUE_FIELDS = {
     "taskType": serializers.CharField(), "depth": serializers.IntegerField(), "inFlight": serializers.IntegerField(),
-})
+}
+SEMAPHORES = inline_serializer("SemaphoreUse", fields=SEMAPHORE_FIELDS, many=True)
+QUEUE = inline_serializer("Queue", fields=QUEUE_FIELDS)
+QUEUES = inline_serializer("Queue", fields=QUEUE_FIELDS, many=True)
 
 
 def _name(value: str, field: str = "name") -> str:
@@ -41,7 +44,7 @@ class SemaphoreListView(NamespacedView):
     scopes = {"GET": Scope.CONTROLS_READ}
 
     @extend_schema(operation_id="list_semaphores", summary="Semaphores with their permits and live holders",
-                   responses=SEMAPHORE)
+                   responses=SEMAPHORES)
     def get(self, request, ns):
         return Response([semaphore_view(use) for use in semaphores.list_semaphores(namespace=self.namespace)])
 
@@ -159,7 +162,7 @@ class QueueListView(NamespacedView):
     scopes = {"GET": Scope.CONTROLS_READ}
 
     @extend_schema(operation_id="list_queues", summary="Worker queues: depth (waiting) and tasks in flight",
-                   responses=QUEUE)
+                   responses=QUEUES)
     def get(self, request, ns):
         return Response([use.view() for use in diagnostics.queues(namespace_id=self.namespace.id)])
 
@@ -178,7 +181,7 @@ class QueueWorkersView(NamespacedView):
     @extend_schema(
         summary="Workers and when each last polled each queue",
         parameters=[OpenApiParameter("taskType", str, required=False)],
-        responses=inline_serializer("QueueWorker", fields={
+        responses=inline_serializer("QueueWorker", many=True, fields={
             "workerId": serializers.CharField(), "lastPollAt": serializers.DateTimeField(),
             "queues": serializers.ListField(child=serializers.DictField()),
         }),

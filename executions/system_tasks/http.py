@@ -32,6 +32,7 @@ from executions.system_tasks.base import (
 )
 from executions.system_tasks.registry import register
 from nodeflow import clock
+from nodeflow.nesting import is_storable, max_depth, too_deep
 
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -150,9 +151,13 @@ def decode(reply: httpx.Response, body: bytes) -> Any:
     text = body.decode(reply.encoding or "utf-8", errors="replace")
     if "json" in reply.headers.get("content-type", "") and text.strip():
         try:
-            return json.loads(text)
-        except ValueError:
-            pass
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return text
+        if too_deep(value):
+            raise TerminalError(f"the JSON response is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)",
+                                counts=False)
+        return value if is_storable(value) else text
     return text
 
 

@@ -1,0 +1,70 @@
+"""What a JSON value that comes in must be: nested at most
+NODE_FLOW_MAX_JSON_DEPTH levels deep, and text (no lone surrogates, no NUL).
+
+Parsing checks the depth only against the interpreter's recursion limit, and
+much that runs later recurses too (rendering, expression resolution, copies),
+often from a deeper stack. A value that parses can still end in a
+RecursionError far from the request that brought it. So every value that
+comes in (request bodies, script results, JSON from HTTP replies) is held to
+one depth, well below the recursion limit.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+
+
+def max_depth() -> int:
+    return settings.NODE_FLOW_MAX_JSON_DEPTH
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has a list or object more than ``limit`` levels deep
+    (a scalar is depth 0, ``[1]`` depth 1). Iterative: safe on any input."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth + 1 > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def too_deep(value: Any) -> bool:
+    return nested_deeper_than(value, max_depth())
+
+
+def is_storable(value: Any) -> bool:
+    """Whether every string in ``value`` (keys too) is text a database column
+    and a response body can hold: no unpaired UTF-16 surrogate (JSON's
+    ``"\\ud800"``) and no NUL (PostgreSQL's jsonb refuses ``"\\u0000"``)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except (TypeError, ValueError):
+        return True  # not JSON at all (a YAML date): the validation that follows names it
+    return not _holds_nul(value)
+
+
+def _holds_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
