@@ -14,6 +14,7 @@ the one-statement path. See docs/controls.md.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import secrets
 import threading
@@ -24,9 +25,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 
-from executions import notify
+from executions import notify, sql
 from executions.models import Task, TaskStatus
-from nodeflow import clock
+from nodeflow import clock, metrics
 from nodeflow.models import Namespace
 from quotas import controls, diagnostics
 from quotas.gate import Gate, charge, open_gate
@@ -95,7 +96,7 @@ def _lease_gated(namespace_id: int, queue: str, worker_id: str, count: int, toke
 def _lease_rows(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
     if connection.vendor == "postgresql":
         params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-        return list(Task.objects.raw(_LEASE_SQL, params))
+        return sql.rows(Task, _lease_sql(), params)
     # SQLite: inside the gate's transaction, which holds the write lock.
     tasks = list(
         Task.objects.filter(
@@ -134,16 +135,22 @@ _READY = """
           FOR UPDATE SKIP LOCKED
 """
 
-# The dequeue on PostgreSQL: one statement, one round trip, one commit. The
-# inner SELECT walks the partial index task_ready in (priority, availability)
-# order and skips rows another poller holds.
-_LEASE_SQL = f"UPDATE executions_task AS t {_LEASE_SET} WHERE t.id IN ({_READY.format(extra='')}) RETURNING t.*"
 
-# The same for a queue that may have controls, still one statement: it
-# leases only if the queue's task definition has none, and says whether it
-# has (a queue with controls goes through the gate instead). The LEFT JOIN
-# returns one all-NULL task row when nothing was leased, to carry the answer.
-_LEASE_FAST_SQL = f"""
+@functools.cache
+def _lease_sql() -> str:
+    """The dequeue on PostgreSQL: one statement, one round trip, one commit.
+    The inner SELECT walks the partial index task_ready in (priority,
+    availability) order and skips rows another poller holds."""
+    return f"UPDATE executions_task AS t {_LEASE_SET} WHERE t.id IN ({_READY.format(extra='')}) RETURNING {sql.columns(Task, 't')}"
+
+
+@functools.cache
+def _lease_fast_sql() -> str:
+    """The same for a queue that may have controls, still one statement: it
+    leases only if the queue's task definition has none, and says whether it
+    has (a queue with controls goes through the gate instead). The LEFT JOIN
+    returns one all-NULL task row when nothing was leased, to carry the answer."""
+    return f"""
 WITH ctl AS (
     SELECT count(*) AS n FROM metadata_taskdefinition
      WHERE namespace_id = %(ns)s AND name = %(queue)s
@@ -151,16 +158,16 @@ WITH ctl AS (
 ), leased AS (
     UPDATE executions_task AS t {_LEASE_SET}
      WHERE t.id IN ({_READY.format(extra="AND (SELECT n FROM ctl) = 0")})
-    RETURNING t.*
+    RETURNING {sql.columns(Task, 't')}
 )
-SELECT leased.*, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
+SELECT {sql.columns(Task, 'leased')}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
 """
 
 
 def _lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> tuple[list[Task], bool]:
     params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-    rows = list(Task.objects.raw(_LEASE_FAST_SQL, params))
-    return [row for row in rows if row.id is not None], bool(rows and rows[0].controlled)
+    found = sql.rows(Task, _lease_fast_sql(), params, extra=1)
+    return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
 
 
 def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s: float) -> list[Task]:
@@ -179,6 +186,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             notify.hub.attach(key, event)
         try:
             lease = _lease(namespace.id, queue, worker_id, count)
+            metrics.record_dispatch(lease.tasks)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return lease.tasks
@@ -215,7 +223,9 @@ def lease_system_tasks(*, worker_id: str, count: int = 1, task_id=None) -> list[
     now = clock.now()
     token = secrets.token_urlsafe(18)
     if connection.vendor == "postgresql":
-        return _lease_system_postgres(worker_id, count, token, now, task_id)
+        leased = _lease_system_postgres(worker_id, count, token, now, task_id)
+        metrics.record_dispatch(leased)
+        return leased
     ready = Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=now)
     if task_id is not None:
         ready = ready.filter(pk=task_id)
@@ -229,6 +239,7 @@ def lease_system_tasks(*, worker_id: str, count: int = 1, task_id=None) -> list[
                 status=task.status, started_at=now, worker_id=worker_id, lease_token=token,
                 lease_expires_at=task.lease_expires_at, last_heartbeat_at=now, deliveries=task.deliveries,
             )
+    metrics.record_dispatch(tasks)
     return tasks
 
 
@@ -243,12 +254,14 @@ UPDATE executions_task AS t
         ORDER BY priority DESC, available_at
         LIMIT %(count)s
           FOR UPDATE SKIP LOCKED)
-RETURNING t.*
+RETURNING {columns}
 """
 
 
 def _lease_system_postgres(worker_id: str, count: int, token: str, now: dt.datetime, task_id) -> list[Task]:
-    sql = _LEASE_SYSTEM_SQL.format(only="AND id = %(task)s" if task_id is not None else "")
+    statement = _LEASE_SYSTEM_SQL.format(
+        only="AND id = %(task)s" if task_id is not None else "", columns=sql.columns(Task, "t"),
+    )
     params = {"now": now, "worker": worker_id, "token": token, "count": count, "task": task_id,
               "cap": float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS)}
-    return list(Task.objects.raw(sql, params))
+    return sql.rows(Task, statement, params)

@@ -17,7 +17,7 @@ import uuid
 from django.conf import settings
 from django.db import transaction
 
-from executions import lifecycle, notify
+from executions import lifecycle, notify, sql
 from executions.decider import decide
 from executions.dispatch import lease_seconds
 from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
@@ -52,9 +52,63 @@ def workflow_of(execution: Execution) -> dict:
 
 
 def lock_execution(execution_id: uuid.UUID) -> Execution | None:
-    # [:1], not .first(): first() adds an ORDER BY the hot path does not need.
-    found = list(Execution.objects.select_for_update().filter(pk=execution_id)[:1])
+    found = sql.rows(
+        Execution, f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id = %s{sql.for_update()}",
+        [sql.prep(Execution, "id", execution_id)],
+    )
     return found[0] if found else None
+
+
+def lock_execution_of_task(task_id: uuid.UUID, *, namespace_id: int) -> Execution | None:
+    """Lock the execution that task ``task_id`` of the namespace belongs to
+    (None: no such task). One round trip: a task never changes execution."""
+    found = sql.rows(
+        Execution,
+        f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id = "
+        f"(SELECT execution_id FROM {sql.table(Task)} WHERE id = %s AND namespace_id = %s){sql.for_update()}",
+        [sql.prep(Task, "id", task_id), namespace_id],
+    )
+    return found[0] if found else None
+
+
+def lock_executions_of_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UUID, Execution]:
+    """Lock, in id order (no deadlocks between batches), the executions the
+    namespace's tasks ``task_ids`` belong to."""
+    if not task_ids:
+        return {}
+    ids = [sql.prep(Task, "id", pk) for pk in set(task_ids)]
+    statement = (
+        f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id IN "
+        f"(SELECT execution_id FROM {sql.table(Task)} WHERE id IN ({sql.placeholders(len(ids))}) AND namespace_id = %s) "
+        f"ORDER BY id{sql.for_update()}"
+    )
+    return {e.id: e for e in sql.rows(Execution, statement, [*ids, namespace_id])}
+
+
+def read_run(execution: Execution) -> list[Task]:
+    """The current run's task rows, in seq order (what the decider reads)."""
+    return sql.rows(
+        Task,
+        f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE execution_id = %s AND run = %s ORDER BY seq",
+        [sql.prep(Task, "execution", execution.id), execution.run],
+    )
+
+
+def read_runs(executions: list[Execution]) -> dict[uuid.UUID, list[Task]]:
+    """``read_run`` of several executions, in one query."""
+    if not executions:
+        return {}  # "IN ()" is a syntax error on PostgreSQL (a batch of foreign task ids)
+    if len(executions) == 1:
+        return {executions[0].id: read_run(executions[0])}
+    runs = {e.id: e.run for e in executions}
+    found: dict[uuid.UUID, list[Task]] = {e.id: [] for e in executions}
+    ids = [sql.prep(Task, "execution", pk) for pk in runs]
+    statement = (f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} "
+                 f"WHERE execution_id IN ({sql.placeholders(len(ids))}) ORDER BY seq")
+    for task in sql.rows(Task, statement, ids):
+        if task.run == runs[task.execution_id]:
+            found[task.execution_id].append(task)
+    return found
 
 
 def to_row(task: Task) -> Row:
@@ -72,7 +126,7 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
     """Everything the decider may know about ``execution``; ``tasks`` are its
     current run's rows when the caller has read them already."""
     if tasks is None:
-        tasks = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
+        tasks = read_run(execution)
     rows = [to_row(task) for task in tasks]
     return Snapshot(
         execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
@@ -152,9 +206,9 @@ def decide_new(execution: Execution) -> Decision:
         setattr(execution, name, value)
     if execution.idempotency_key:
         with transaction.atomic():
-            execution.save(force_insert=True)
+            sql.insert([execution])
     else:
-        execution.save(force_insert=True)
+        sql.insert([execution])
     apply(execution, decision, now, execution_fields=False)
     return decision
 
@@ -180,27 +234,30 @@ def decide_now(execution_id: uuid.UUID) -> Decision | None:
         return decide_locked(execution)
 
 
-def decide_or_defer(execution: Execution) -> None:
+def decide_or_defer(execution: Execution, *, tasks: list[Task] | None = None) -> None:
     """Decide inline; if the decider fails, keep what the caller wrote and
-    leave a decide request for the decider role to retry and log."""
-    decide_many([execution])
+    leave a decide request for the decider role to retry and log. ``tasks``:
+    the current run, as ``decide_many`` takes it."""
+    decide_many([execution], tasks=None if tasks is None else {execution.id: tasks})
 
 
-def decide_many(executions: list[Execution]) -> None:
+def decidable(execution: Execution) -> bool:
+    return execution.status == ExecutionStatus.RUNNING and not execution.awaiting_admission
+
+
+def decide_many(executions: list[Execution], *, tasks: dict[uuid.UUID, list[Task]] | None = None) -> None:
     """Decide executions the caller holds locked, together: one query for all
-    their tasks, one insert for every new task, one update for their changed
-    fields. A decider that raises for one execution leaves a decide request
-    for it (logged, retried by the decider role) and spoils no other; what the
-    caller wrote stays."""
-    running = [e for e in executions if e.status == ExecutionStatus.RUNNING and not e.awaiting_admission]
+    their tasks (none when the caller passes ``tasks``, each execution's
+    current run as read under the lock and as written since), one insert for
+    every new task, one update for their changed fields. A decider that
+    raises for one execution leaves a decide request for it (logged, retried
+    by the decider role) and spoils no other; what the caller wrote stays."""
+    running = [e for e in executions if decidable(e)]
     if not running:
         return
     now = clock.now()
-    runs = {e.id: e.run for e in running}
-    tasks: dict[uuid.UUID, list[Task]] = {e.id: [] for e in running}
-    for task in Task.objects.filter(execution_id__in=list(runs)).order_by("seq"):
-        if task.run == runs[task.execution_id]:
-            tasks[task.execution_id].append(task)
+    if tasks is None or any(e.id not in tasks for e in running):
+        tasks = read_runs(running)
     decisions = []
     for execution in running:
         try:
@@ -256,7 +313,7 @@ def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) ->
 
 
 def _insert_rows_of(decisions: list[tuple[Execution, Decision]]) -> None:
-    Task.objects.bulk_create([_task_of(e, row) for e, d in decisions for row in d.created])
+    sql.insert(_task_of(e, row) for e, d in decisions for row in d.created)
 
 
 def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
@@ -266,16 +323,17 @@ def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
 
 
 def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> None:
-    Task.objects.bulk_create([_task_of(execution, row) for row in decision.created])
+    sql.insert(_task_of(execution, row) for row in decision.created)
     _update_rows(decision.updated, now)
-    Timer.objects.bulk_create(
-        [Timer(kind=t.kind, execution_id=execution.id, task_id=t.task_id, due_at=t.due_at) for t in decision.timers]
-    )
+    if decision.timers:
+        Timer.objects.bulk_create(
+            [Timer(kind=t.kind, execution_id=execution.id, task_id=t.task_id, due_at=t.due_at) for t in decision.timers]
+        )
     fields = _execution_fields(execution, decision, now) if execution_fields else {}
     if fields:
         for name, value in fields.items():
             setattr(execution, name, value)
-        Execution.objects.filter(pk=execution.id).update(**fields, updated_at=now)
+        sql.update(Execution, values={**fields, "updated_at": now}, where={"id": execution.id})
     _follow_up(execution, decision)
     _notify_ready([(execution, decision)])
 
@@ -329,15 +387,11 @@ def idempotency_key(execution: Execution, path: str) -> str:
 
 def _update_rows(rows: list[Row], now: dt.datetime) -> None:
     for row in rows:
-        query = Task.objects.filter(pk=row.id)
+        values = dict(status=row.status, output=row.output, reason_for_incompletion=row.reason,
+                      started_at=row.started_at, ended_at=row.ended_at, lease_token=None)
         if row.status == "CANCELED":
             # A poll may have leased it since it was read: cancel it either way.
-            query = query.filter(status__in=("SCHEDULED", "IN_PROGRESS"))
-        else:
-            query = query.filter(status=row.read_status)
-        updated = query.update(
-            status=row.status, output=row.output, reason_for_incompletion=row.reason,
-            started_at=row.started_at, ended_at=row.ended_at, lease_token=None,
-        )
-        if not updated and row.status != "CANCELED":
+            Task.objects.filter(pk=row.id, status__in=("SCHEDULED", "IN_PROGRESS")).update(**values)
+            continue
+        if not sql.update(Task, values=values, where={"id": row.id, "status": row.read_status}):
             raise StaleDecision(f"task {row.id} changed under the decision")

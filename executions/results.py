@@ -17,10 +17,10 @@ from typing import Any
 
 from django.db import transaction
 
-from executions import executor
+from executions import executor, sql
 from executions.dispatch import lease_expiry
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
-from nodeflow import clock
+from nodeflow import clock, metrics
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
 from quotas import gate
@@ -83,12 +83,13 @@ def _fields(task: Task, result: Result, now: dt.datetime, *, paused: bool) -> tu
 def _write(task: Task, result: Result, now: dt.datetime, *, human: bool, paused: bool = False) -> bool:
     """Apply one checked result; True if the execution should be decided."""
     fields, decide = _fields(task, result, now, paused=paused)
-    query = Task.objects.filter(pk=task.id, status=TaskStatus.IN_PROGRESS)
+    where = {"id": task.id, "status": TaskStatus.IN_PROGRESS}
     if not human:
-        query = query.filter(lease_token=result.lease_token)
-    if not query.update(**fields):
+        where["lease_token"] = result.lease_token
+    if not sql.update(Task, values=fields, where=where):
         raise _stale(task)
     _wake_if_freed(task, fields)
+    metrics.record_task_end(task, fields.get("status"))
     for name, value in fields.items():
         setattr(task, name, value)
     return decide
@@ -104,18 +105,31 @@ def _wake_if_freed(task: Task, fields: dict[str, Any]) -> None:
 def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
     """Apply one result (and the decision it causes)."""
     with transaction.atomic():
-        found = list(Task.objects.filter(pk=result.task_id, namespace=namespace)[:1])
-        task = found[0] if found else None
-        if task is None:
+        execution = executor.lock_execution_of_task(result.task_id, namespace_id=namespace.id)
+        if execution is None:
             raise NotFound(f"task '{result.task_id}' does not exist")
-        # Read before the lock: _write's conditional UPDATE (status and token)
-        # is what decides, so a change in between still gets its 409.
-        execution = executor.lock_execution(task.execution_id)
+        # Read under the lock. A result that will be decided reads the whole
+        # run once: the decider gets these rows, with the write applied.
+        run = executor.read_run(execution) if _decides(result, execution) else []
+        task = next((t for t in run if t.id == result.task_id), None) or _read_task(result.task_id)
+        if task is None:  # deleted (a purge) since the lock query found it
+            raise NotFound(f"task '{result.task_id}' does not exist")
         _check(task, result, human=human)
         paused = execution.status == ExecutionStatus.PAUSED
         if _write(task, result, clock.now(), human=human, paused=paused) and execution.status == ExecutionStatus.RUNNING:
-            executor.decide_or_defer(execution)
+            executor.decide_or_defer(execution, tasks=run or None)
         return task
+
+
+def _decides(result: Result, execution: Execution) -> bool:
+    """Whether this result, if it stands, has its execution decided."""
+    return result.status != TaskStatus.IN_PROGRESS and executor.decidable(execution)
+
+
+def _read_task(task_id: uuid.UUID) -> Task | None:
+    found = sql.rows(Task, f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE id = %s",
+                     [sql.prep(Task, "id", task_id)])
+    return found[0] if found else None
 
 
 def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]:
@@ -125,16 +139,19 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
     statement."""
     answers: list[dict] = []
     with transaction.atomic():
-        owners = dict(
-            Task.objects.filter(pk__in=[r.task_id for r in results], namespace=namespace).values_list("id", "execution_id")
-        )
-        locked = {
-            e.id: e
-            for e in Execution.objects.select_for_update().filter(pk__in=set(owners.values())).order_by("id")
-        }
-        # Read again under the locks: the first read only found which
-        # executions to lock, and rows may have changed before we held them.
-        tasks = {t.id: t for t in Task.objects.filter(pk__in=list(owners))}
+        locked = executor.lock_executions_of_tasks([r.task_id for r in results], namespace_id=namespace.id)
+        # Read under the locks. When any result may be decided, the runs of
+        # the executions that can be are read whole, once: the decider gets
+        # these rows, with the writes applied.
+        runs = {}
+        if any(r.status != TaskStatus.IN_PROGRESS for r in results):
+            runs = executor.read_runs([e for e in locked.values() if executor.decidable(e)])
+        tasks = {t.id: t for run in runs.values() for t in run}
+        tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))
+        # Only tasks whose execution this transaction holds (one that appeared
+        # after the lock statement is answered 404, as it was then).
+        tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
+        owners = {t.id: t.execution_id for t in tasks.values()}
         writes: dict[tuple[str, str], tuple[dict, list[uuid.UUID]]] = {}
         touched: dict[uuid.UUID, Execution] = {}
         now = clock.now()
@@ -145,8 +162,17 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
             # changes an IN_PROGRESS row's status or token without that lock.
             if Task.objects.filter(pk__in=ids, status=TaskStatus.IN_PROGRESS, lease_token=token).update(**fields) != len(ids):
                 raise RuntimeError("task rows changed under their executions' locks")
-        executor.decide_many(list(touched.values()))
+        executor.decide_many(list(touched.values()), tasks=runs)
     return answers
+
+
+def _read_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UUID, Task]:
+    if not task_ids:
+        return {}
+    ids = [sql.prep(Task, "id", pk) for pk in set(task_ids)]
+    statement = (f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} "
+                 f"WHERE id IN ({sql.placeholders(len(ids))}) AND namespace_id = %s")
+    return {t.id: t for t in sql.rows(Task, statement, [*ids, namespace_id])}
 
 
 def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:
@@ -161,11 +187,13 @@ def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:
     key = (result.lease_token, json.dumps(fields, sort_keys=True, default=str))
     writes.setdefault(key, (fields, []))[1].append(task.id)
     _wake_if_freed(task, fields)
+    metrics.record_task_end(task, fields.get("status"))
     if decide:
         touched[execution.id] = execution
-    # The same task twice in one batch: the second answer is 409.
-    task.status = fields.get("status", task.status)
-    task.lease_token = fields.get("lease_token", task.lease_token)
+    # As written: the decider reads these rows, and the same task twice in
+    # one batch gets 409 the second time.
+    for name, value in fields.items():
+        setattr(task, name, value)
     return {"taskId": str(result.task_id), "status": 200}
 
 

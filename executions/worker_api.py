@@ -2,13 +2,16 @@
 inbound webhook that completes WAIT_FOR_WEBHOOK tasks."""
 from __future__ import annotations
 
+import threading
 import uuid
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from executions import dispatch, results, waiting
+from executions import dispatch, result_bodies, results, waiting
 from executions.serializers import (
     BatchResultsSerializer,
     HeartbeatSerializer,
@@ -43,6 +46,48 @@ BATCH_ANSWER = inline_serializer(
 )
 
 
+class _Bound(threading.local):
+    serializers: dict[type, serializers.Serializer]
+
+    def __init__(self) -> None:
+        self.serializers = {}
+
+
+_bound = _Bound()
+
+
+def _validated(serializer_class: type[serializers.Serializer], data, *, plain=None) -> dict:
+    """``serializer_class(data=data)``'s validated data. DRF deep-copies a
+    serializer's fields for every instance, about a tenth of a worker
+    request's CPU, so each thread keeps one bound instance to validate
+    with; a body it refuses is validated again the ordinary way, so the
+    400 is exactly the usual one. ``plain`` (result_bodies) accepts the
+    plainly valid bodies of a JSON request without DRF at all."""
+    if plain is not None and isinstance(data, dict):
+        validated = plain(data)
+        if validated is not None:
+            return validated
+    serializer = _bound.serializers.get(serializer_class)
+    if serializer is None:
+        serializer = _bound.serializers[serializer_class] = serializer_class()
+    try:
+        return serializer.run_validation(data)
+    except serializers.ValidationError:
+        fresh = serializer_class(data=data)
+        fresh.is_valid(raise_exception=True)
+        return fresh.validated_data
+
+
+def _plain_if_json(request, plain):
+    # Only JSON bodies hold nothing but JSON types (YAML may hold dates).
+    return plain if request.content_type.split(";")[0].strip() == "application/json" else None
+
+
+class WorkerView(NamespacedView):
+    # Workers speak JSON: no browsable-API renderer to build and negotiate.
+    renderer_classes = [JSONRenderer]
+
+
 def _task_uuid(task_id: str) -> uuid.UUID:
     try:
         return uuid.UUID(str(task_id))
@@ -50,7 +95,7 @@ def _task_uuid(task_id: str) -> uuid.UUID:
         raise NotFound(f"task '{task_id}' does not exist") from exc
 
 
-class PollView(NamespacedView):
+class PollView(WorkerView):
     scopes = {"POST": Scope.TASKS_WORK}
 
     @extend_schema(
@@ -60,9 +105,7 @@ class PollView(NamespacedView):
     def post(self, request, ns, task_type):
         if not is_name(task_type):
             raise InvalidField("taskType", "not a task type name")
-        body = PollSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        data = _validated(PollSerializer, request.data)
         leased = dispatch.poll(
             namespace=self.namespace, queue=task_type, worker_id=data["workerId"], count=data["count"],
             wait_s=data["waitSeconds"],
@@ -70,7 +113,7 @@ class PollView(NamespacedView):
         return Response([leased_view(task) for task in leased])
 
 
-class HeartbeatView(NamespacedView):
+class HeartbeatView(WorkerView):
     scopes = {"POST": Scope.TASKS_WORK}
 
     @extend_schema(summary="Extend a lease (409 when it is no longer yours)", request=HeartbeatSerializer, responses=TASK)
@@ -91,23 +134,24 @@ def _result(task_id, data: dict) -> results.Result:
     )
 
 
-class ResultView(NamespacedView):
+class ResultView(WorkerView):
     # Workers report with their lease; developers complete HUMAN tasks without one.
     scopes = {"POST": (Scope.TASKS_WORK, Scope.HUMAN_TASKS)}
 
     @extend_schema(summary="Report a task's result (409 for a stale lease)", request=ResultSerializer, responses=TASK)
     def post(self, request, ns, task_id):
-        body = ResultSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        data = _validated(ResultSerializer, request.data, plain=_plain_if_json(request, result_bodies.plain_result))
         human = not data.get("leaseToken")
         if human and not request.user.has_scope(Scope.HUMAN_TASKS):
             raise InvalidField("leaseToken", "required")
+        if not human and not request.user.has_scope(Scope.TASKS_WORK):
+            # A lease is a worker's: a developer completes HUMAN tasks only.
+            raise exceptions.PermissionDenied(f"role '{request.user.role}' may not report a leased task's result")
         task = results.report_result(namespace=self.namespace, result=_result(_task_uuid(task_id), data), human=human)
         return Response(task_view(task))
 
 
-class BatchResultsView(NamespacedView):
+class BatchResultsView(WorkerView):
     scopes = {"POST": Scope.TASKS_WORK}
 
     @extend_schema(
@@ -115,9 +159,8 @@ class BatchResultsView(NamespacedView):
         request=BatchResultsSerializer, responses=BATCH_ANSWER,
     )
     def post(self, request, ns):
-        body = BatchResultsSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        items = [_result(item["taskId"], item) for item in body.validated_data["results"]]
+        body = _validated(BatchResultsSerializer, request.data, plain=_plain_if_json(request, result_bodies.plain_results))
+        items = [_result(item["taskId"], item) for item in body["results"]]
         for item in items:
             if not item.lease_token:
                 raise InvalidField("results.leaseToken", "required for every result in a batch")
@@ -129,12 +172,14 @@ class WebhookView(NamespacedView):
 
     @extend_schema(
         summary="Deliver an inbound webhook to the WAIT_FOR_WEBHOOK tasks it matches",
-        request=serializers.JSONField,
+        request=OpenApiTypes.OBJECT,
         responses=inline_serializer("WebhookDelivered", fields={
             "matched": serializers.IntegerField(), "taskIds": serializers.ListField(child=serializers.UUIDField()),
         }),
     )
     def post(self, request, ns, name):
+        if not is_name(name):
+            raise InvalidField("name", "not a webhook name")
         if not isinstance(request.data, dict):
             raise InvalidField("body", "must be a JSON object")
         completed = waiting.deliver_webhook(namespace=self.namespace, name=name, body=request.data)

@@ -46,10 +46,12 @@ def read_controls(*, namespace_id: int, queue: str) -> Controls:
         .values_list("concurrent_exec_limit", "rate_limit_per_frequency", "rate_limit_frequency_seconds", "semaphores")
         .first()
     )
-    if row is None:
-        return NONE
-    cap, rate, window, semaphores = row
-    found = Controls(cap or 0, rate or 0, float(window or 0), tuple(sorted(semaphores or ())))
+    # A queue without a task definition has no controls: remembered too, or
+    # every result of such a queue would read them again (gate.task_left).
+    found = NONE
+    if row is not None:
+        cap, rate, window, semaphores = row
+        found = Controls(cap or 0, rate or 0, float(window or 0), tuple(sorted(semaphores or ())))
     remember(namespace_id, queue, found)
     return found
 

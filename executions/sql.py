@@ -1,0 +1,139 @@
+"""Fixed SQL for the engine's hot path: the dequeue, results, and the reads
+and writes of deciding.
+
+The ORM compiles every query anew and builds each model instance through a
+general path; on the worker routes that was close to half of a request's
+CPU. These helpers run plain SQL on Django's own connection, yet adapt every
+parameter and convert every column with the model fields' own methods, so
+they behave the same on PostgreSQL and SQLite and the models stay the one
+description of the tables. Only equality conditions are built here; anything
+richer is written out by the caller.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from django.db import connection, models
+from django.db.models.base import ModelState
+
+M = TypeVar("M", bound=models.Model)
+
+
+@functools.cache
+def columns(model: type[models.Model], alias: str = "") -> str:
+    """Every concrete column of ``model``, in field order (what ``rows`` reads)."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f'{prefix}"{field.column}"' for field in model._meta.concrete_fields)
+
+
+def table(model: type[models.Model]) -> str:
+    return f'"{model._meta.db_table}"'
+
+
+def for_update() -> str:
+    """`` FOR UPDATE`` where the database has row locks (SQLite's transaction is the lock)."""
+    return " FOR UPDATE" if connection.features.has_select_for_update else ""
+
+
+def placeholders(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+def prep(model: type[models.Model], name: str, value: Any) -> Any:
+    """``value`` as the database takes it for field ``name`` (a UUID is hex
+    text on SQLite, a dict is JSON, a datetime follows the backend)."""
+    return model._meta.get_field(name).get_db_prep_save(value, connection)
+
+
+@functools.cache
+def _converters(model: type[models.Model], vendor: str) -> list[tuple[int, list, Any]]:
+    del vendor  # part of the cache key: converters differ by backend
+    found = []
+    for index, field in enumerate(model._meta.concrete_fields):
+        col = field.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        if converters:
+            found.append((index, converters, col))
+    return found
+
+
+@functools.cache
+def _attnames(model: type[models.Model]) -> tuple[str, ...]:
+    return tuple(field.attname for field in model._meta.concrete_fields)
+
+
+def to_model(model: type[M], values: Sequence[Any]) -> M:
+    """One row, read as ``columns(model)`` lists them, as a model instance.
+    Built the way ``Model.from_db`` leaves one (every field set, not adding,
+    this database), without ``__init__``'s per-field descriptor walk and its
+    init signals, which none of the engine's models uses."""
+    values = list(values)
+    for index, converters, col in _converters(model, connection.vendor):
+        for convert in converters:
+            values[index] = convert(values[index], col, connection)
+    instance = model.__new__(model)
+    instance.__dict__.update(zip(_attnames(model), values))
+    instance._state = ModelState()
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return instance
+
+
+def rows(model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0) -> list[M] | list[tuple[M | None, tuple]]:
+    """Run ``sql`` whose select list starts with ``columns(model)``. With
+    ``extra``, that many further columns follow, and each row comes back as
+    (instance, extras); the instance is None when the model's columns are
+    all NULL (an outer join that found nothing)."""
+    width = len(model._meta.concrete_fields)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    if not extra:
+        return [to_model(model, row) for row in fetched]
+    return [(to_model(model, row[:width]) if row[0] is not None else None, tuple(row[width:])) for row in fetched]
+
+
+def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]:
+    clauses, params = [], []
+    for name, value in where.items():
+        field = model._meta.get_field(name)
+        clauses.append(f'"{field.column}" = %s')
+        params.append(field.get_db_prep_save(value, connection))
+    return " AND ".join(clauses), params
+
+
+def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str, Any]) -> int:
+    """``UPDATE … SET values WHERE`` every ``where`` field equals its value;
+    the number of rows changed. Plain values only (no expressions)."""
+    sets, params = [], []
+    for name, value in values.items():
+        field = model._meta.get_field(name)
+        sets.append(f'"{field.column}" = %s')
+        params.append(field.get_db_prep_save(value, connection))
+    condition, where_params = _where(model, where)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table(model)} SET {', '.join(sets)} WHERE {condition}", params + where_params)
+        return cursor.rowcount
+
+
+def insert(objs: Iterable[models.Model]) -> None:
+    """Insert new rows (every concrete field, as the instances hold them) in
+    one statement. For models whose fields have no pre-save hooks beyond
+    ``auto_now``/``auto_now_add``, which get the instance's own value."""
+    objs = list(objs)
+    if not objs:
+        return
+    model = type(objs[0])
+    fields = model._meta.concrete_fields
+    row = f"({placeholders(len(fields))})"
+    size = max(1, connection.ops.bulk_batch_size(fields, objs))  # SQLite caps the parameters of a statement
+    with connection.cursor() as cursor:
+        for start in range(0, len(objs), size):
+            chunk = objs[start:start + size]
+            params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for obj in chunk for field in fields]
+            cursor.execute(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params)
+    for obj in objs:
+        obj._state.adding = False
+        obj._state.db = connection.alias
