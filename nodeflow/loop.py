@@ -13,6 +13,8 @@ import threading
 
 from django.db import close_old_connections, connection
 
+from nodeflow.stale_connections import close_dead_connections
+
 log = logging.getLogger("nodeflow.roles")
 
 
@@ -51,6 +53,7 @@ class Role:
 
     def _safe_tick(self) -> float:
         close_old_connections()
+        close_dead_connections()  # e.g. after a database restart: reconnect instead of failing the tick
         try:
             return 0.0 if self.tick() else self.idle_wait_s
         except Exception:  # noqa: BLE001 - one bad unit must not stop the role

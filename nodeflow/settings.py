@@ -78,8 +78,10 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 DEFAULT_SQLITE_PATH = VAR_DIR / "nodeflow.sqlite3"
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DEFAULT_SQLITE_PATH}")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
-# Off by default: a health check is a query (and a commit) per request. After a
-# database restart a stale persistent connection fails one request, then reconnects.
+# Off by default: a health check is a query (and a commit) per request. A kept
+# connection the server closed (a restart) is dropped before each request and
+# tick without a query (nodeflow/stale_connections.py); only a restart in the
+# middle of a request fails it.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", default=False)
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

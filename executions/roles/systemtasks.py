@@ -45,7 +45,13 @@ class SystemTaskRole(Role):
         breakers.report_if_due()
         if not self.free.acquire(blocking=False):
             return False  # every thread is busy; the next to finish wakes the loop
-        leased = dispatch.lease_system_tasks(worker_id=self.worker, count=1)
+        try:
+            leased = dispatch.lease_system_tasks(worker_id=self.worker, count=1)
+        except BaseException:
+            # e.g. the database is restarting: the slot must not be lost with
+            # the tick, or a few failed ticks would leave the role no thread.
+            self.free.release()
+            raise
         if not leased:
             self.free.release()
             return False

@@ -1,11 +1,18 @@
 """A worker process for multi-process tests: polls the given queues and
 completes each task with ``{"value": input.value + 1}``. Survives the server
-going away (it retries); runs until killed.
+going away (it retries); runs until killed. Its worker id is ``w<pid>``.
+
+Planned faults, read from the task's input so that the outcome is
+computable from the input alone:
+
+- ``failAttempts: k``: attempts 1..k are reported FAILED (retryable);
+- ``hangAttempts: k``: attempts 1..k are never answered (the lease runs out).
 
     python tests/procs/worker.py URL KEY queue [queue …]
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -13,18 +20,27 @@ import httpx
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 
-from nodeflow_worker import Client, StaleLease  # noqa: E402
+from nodeflow_worker import Client, LeasedTask, StaleLease  # noqa: E402
+
+
+def answer(client: Client, task: LeasedTask) -> None:
+    if task.attempt <= int(task.input.get("hangAttempts") or 0):
+        return
+    if task.attempt <= int(task.input.get("failAttempts") or 0):
+        client.fail(task, f"planned failure of attempt {task.attempt}")
+        return
+    client.complete(task, {"value": (task.input.get("value") or 0) + 1})
 
 
 def main(url: str, key: str, queues: list[str]) -> None:
     client = Client(url, key, timeout_s=10)
+    worker_id = f"w{os.getpid()}"
     while True:
         for queue in queues:
             try:
-                for task in client.poll(queue, worker_id=f"w{__import__('os').getpid()}", count=5, wait_s=0.2):
-                    value = task.input.get("value") or 0
+                for task in client.poll(queue, worker_id=worker_id, count=5, wait_s=0.2):
                     try:
-                        client.complete(task, {"value": value + 1})
+                        answer(client, task)
                     except StaleLease:
                         pass  # re-delivered or canceled meanwhile: someone else owns it
             except (httpx.HTTPError, ValueError):
