@@ -47,7 +47,7 @@ def _queue_blocker(task: Task, now: dt.datetime, context: dict) -> dict | None:
     key = ("queue", task.namespace_id, task.queue)
     if key not in context:
         gate = open_gate(namespace_id=task.namespace_id, queue=task.queue, want=1, now=now, lock=False)
-        context[key] = (gate.blocker, diagnostics.last_poll(namespace_id=task.namespace_id, queue=task.queue))
+        context[key] = (gate.blocker, diagnostics.recent_poll(namespace_id=task.namespace_id, queue=task.queue, now=now))
     blocker, last_poll = context[key]
     since = max(task.scheduled_at, task.available_at)
     if blocker is not None:

@@ -16,6 +16,7 @@ from metadata.serializers import POLICY_COLUMNS
 from nodeflow import clock
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
+from quotas import controls
 
 
 def get_task_definition(*, namespace: Namespace, name: str) -> TaskDefinition:
@@ -46,9 +47,10 @@ def upsert_task_definition(*, namespace: Namespace, values: dict) -> tuple[TaskD
 
 def _changed() -> None:
     # Now, and again after commit: a read between the two would cache the
-    # old values again.
-    forget_policies()
-    transaction.on_commit(forget_policies)
+    # old values again. The controls' hint cache (quotas.controls) too.
+    for forget in (forget_policies, controls.forget):
+        forget()
+        transaction.on_commit(forget)
 
 
 def patch_task_definition(*, namespace: Namespace, name: str, values: dict) -> TaskDefinition:

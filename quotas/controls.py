@@ -6,7 +6,8 @@ They are read at dequeue, under the queue's lock, so a change applies to
 the very next poll. Two process-local memories make that cheap:
 ``is_controlled`` lets PostgreSQL skip the one-statement fast path for
 queues known to have controls, and ``cached_controls`` (up to
-``HINT_CACHE_S`` old) serves wake-ups and diagnostics, which are hints.
+``HINT_CACHE_S`` old) serves wake-ups and diagnostics, which are hints;
+a task-definition change clears it in the process that made it.
 """
 from __future__ import annotations
 

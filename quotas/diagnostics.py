@@ -58,10 +58,36 @@ def record_poll(*, namespace_id: int, queue: str, worker_id: str) -> None:
 def forget_polls() -> None:
     with _lock:
         _recorded.clear()
+        _seen.clear()
 
 
 def last_poll(*, namespace_id: int, queue: str) -> dt.datetime | None:
     return WorkerPoll.objects.filter(namespace_id=namespace_id, queue=queue).aggregate(at=Max("last_poll_at"))["at"]
+
+
+# The latest poll of each queue this process has read. A queue's last poll
+# only moves forward, so one seen less than NO_POLLERS_S ago settles "it has
+# pollers" until then, whatever the table says now (blockedBy shows no time
+# for a queue that has pollers).
+_seen: dict[tuple[int, str], dt.datetime] = {}
+
+
+def recent_poll(*, namespace_id: int, queue: str, now: dt.datetime) -> dt.datetime | None:
+    """``last_poll`` when it is older than NO_POLLERS_S (or there is none);
+    otherwise a poll no older than that, from memory when this process has
+    seen one."""
+    key = (namespace_id, queue)
+    horizon = now - dt.timedelta(seconds=NO_POLLERS_S)
+    seen = _seen.get(key)
+    if seen is not None and seen >= horizon:
+        return seen
+    found = last_poll(namespace_id=namespace_id, queue=queue)
+    if found is not None and found >= horizon:
+        with _lock:
+            if len(_seen) > _MAX_REMEMBERED:
+                _seen.clear()
+            _seen[key] = found
+    return found
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,9 @@ def open_gate(*, namespace_id: int, queue: str, want: int, now: dt.datetime | No
     defaults to the clock once the locks are held."""
     if lock:
         locks.lock_name(locks.queue_lock(namespace_id, queue))
-    controls = read_controls(namespace_id=namespace_id, queue=queue)
+    # A look (diagnostics) takes the short hint cache; a task-definition
+    # change clears it in the process that made it (metadata.taskdefs).
+    controls = read_controls(namespace_id=namespace_id, queue=queue) if lock else cached_controls(namespace_id=namespace_id, queue=queue)
     configured = semaphores.configured(namespace_id=namespace_id, names=controls.semaphores, lock=lock) if controls.semaphores else []
     now = now or clock.now()
     # Counted by statements after the locks, so they see the last holder's commit.

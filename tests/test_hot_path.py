@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from quotas import controls
 from tests.engine_helpers import complete, poll, poll_one, register, simple, start
 
 TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK")
@@ -80,3 +81,55 @@ def test_a_poll_is_one_statement_on_postgresql(warm):
     with CaptureQueriesContext(connection) as queries:
         assert len(poll(warm, "work")) == 1
     assert len(statements(queries)) == 1, statements(queries)
+
+
+def test_a_start_commits_before_its_view_is_read(warm):
+    # The commit that makes the first task visible to a waiting worker (and
+    # sends its NOTIFY) comes before the response view's reads.
+    with CaptureQueriesContext(connection) as queries:
+        started = start(warm, "one")
+    # The test runs in a transaction of its own, so the start's outermost
+    # block shows as a savepoint: none may be open when the view reads.
+    sql = [q["sql"] for q in queries.captured_queries]
+    depth, depth_at = 0, {}
+    for i, text in enumerate(sql):
+        word = text.lstrip().upper()
+        if word.startswith("SAVEPOINT"):
+            depth += 1
+        elif word.startswith(("RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")):
+            depth -= 1
+        depth_at[i] = depth
+    task_insert = next(i for i, s in enumerate(sql) if s.startswith('INSERT INTO "executions_task"'))
+    run_read = next(i for i, s in enumerate(sql) if s.startswith("SELECT") and 'FROM "executions_task"' in s)
+    assert task_insert < run_read and depth_at[task_insert] > 0, [s[:90] for s in sql]
+    assert depth_at[run_read] == 0, [s[:90] for s in sql]
+    assert [t["status"] for t in started["tasks"]] == ["SCHEDULED"]
+    assert started["tasks"][0]["blockedBy"] is None  # "work" was polled just now
+
+
+def test_a_start_reads_and_writes_in_six_statements(warm, monkeypatch):
+    monkeypatch.setattr(controls, "HINT_CACHE_S", 60.0)  # however slow the machine between the two starts
+    start(warm, "one")  # this view reads the queue's controls and last poll
+    with CaptureQueriesContext(connection) as queries:
+        started = start(warm, "one")
+    done = statements(queries)
+    # The published snapshot's id, the namespace's start quota, insert the
+    # execution, insert its first task, (on PostgreSQL the NOTIFY,) read the
+    # run for the view. The view's blockedBy reads nothing more: the queue's
+    # controls come from the hint cache, its recent poll from memory.
+    assert len(done) <= (6 if connection.vendor == "postgresql" else 5), [s[:90] for s in done]
+    assert started["tasks"][0]["blockedBy"] is None
+
+
+def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
+    register(warm, "fan", {
+        "name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN",
+        "forkTasks": [[simple(f"w{i}", "work")] for i in range(5)],
+    }, {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": [f"w{i}" for i in range(5)]})
+    start(warm, "fan")
+    with CaptureQueriesContext(connection) as queries:
+        started = start(warm, "fan")
+    done = statements(queries)
+    ready = [t for t in started["tasks"] if t["taskDefName"] == "work"]
+    assert len(ready) == 5 and all(t["blockedBy"] is None for t in ready), started["tasks"]
+    assert not [s for s in done if "quotas_workerpoll" in s or "metadata_taskdefinition" in s], done
