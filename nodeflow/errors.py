@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -74,6 +75,15 @@ class QuotaExceeded(ApiError):
 class PayloadTooLarge(ApiError):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     error = "PAYLOAD_TOO_LARGE"
+
+
+class Unavailable(ApiError):
+    """The database could not be reached (restarting, refusing connections,
+    SQLite's lock held past its busy timeout). Nothing was committed, so the
+    same request may be sent again; ``Retry-After`` says when."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    error = "UNAVAILABLE"
 
 
 _DRF_CODES: dict[type, str] = {
@@ -152,6 +162,11 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         # nested body exhausts the stack: the input's fault, not the server's.
         log.warning("request nested too deeply for %s", context.get("view"))
         exc = exceptions.ParseError("the body is nested too deeply")
+    elif isinstance(exc, (OperationalError, InterfaceError)):
+        # A lost or refused connection is the database's state, not a bug:
+        # the transaction rolled back, and the next request reconnects.
+        log.warning("database unavailable in %s: %s", context.get("view"), exc)
+        exc = Unavailable("the database is unavailable; nothing was changed, try again", retryAfterSeconds=1)
 
     if isinstance(exc, ApiError):
         body, code = exc.body(), exc.status_code

@@ -54,12 +54,13 @@ ERROR_DESCRIPTIONS = {
     "413": "The body is larger than NODE_FLOW_MAX_BODY_BYTES",
     "415": "A content type the route does not parse",
     "429": "An execution control or namespace quota refused it",
+    "503": "The database is unavailable; nothing changed; retry after Retry-After",
 }
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 def _error_codes(method: str) -> tuple[str, ...]:
-    codes = ("400", "401", "403", "404")
+    codes = ("400", "401", "403", "404", "503")
     if method in BODY_METHODS:
         codes += ("413", "415")
     if method in BODY_METHODS or method == "DELETE":

@@ -6,8 +6,10 @@ import io
 import re
 
 import pytest
+from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from nodeflow.bench import free_port
 from tests.conftest import Api
 
 TASKDEFS = "metadata/task-definitions"
@@ -260,3 +262,27 @@ def test_it_serves_the_docs(client, db):
     response = client.get("/api/docs/")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.fixture
+def unreachable_database(transactional_db):
+    """The default connection, pointed where no database answers (a closed
+    port; a file in a missing directory), and put back afterwards."""
+    settings = connection.settings_dict
+    saved = dict(settings)
+    connection.close()
+    if connection.vendor == "postgresql":
+        settings["PORT"] = str(free_port())
+    else:
+        settings["NAME"] = "/nonexistent-nodeflow-dir/db.sqlite3"
+    yield
+    connection.close()
+    settings.clear()
+    settings.update(saved)
+
+
+def test_it_answers_503_with_retry_after_when_the_database_is_unreachable(unreachable_database):
+    api = Api("nf_not_a_cached_key")
+    body = assert_error(api.get("executions"), 503, "UNAVAILABLE")
+    assert "try again" in body["message"]
+    assert api.get("executions")["Retry-After"] == "1"
