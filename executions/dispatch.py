@@ -30,6 +30,7 @@ from executions.models import Task, TaskStatus
 from nodeflow import clock, metrics
 from nodeflow.models import Namespace
 from quotas import controls, diagnostics
+from quotas import metrics as quota_metrics
 from quotas.gate import Gate, charge, open_gate
 
 # A task with neither a heartbeat nor a start-to-close timeout is re-delivered
@@ -178,6 +179,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     keys = {notify.queue_key(namespace.id, queue)}
     recheck = LISTEN_RECHECK_S if wait_s > 0 and notify.ensure_listener() else POLL_RECHECK_S
     give_up = time.monotonic() + wait_s
+    held_back: set[str] = set()  # controls counted for this poll: once each, not per re-check
     while True:
         # Registered before looking, so a wake-up between the look and the
         # wait is not lost.
@@ -187,6 +189,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
         try:
             lease = _lease(namespace.id, queue, worker_id, count)
             metrics.record_dispatch(lease.tasks)
+            _count_held_back(lease, held_back)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return lease.tasks
@@ -197,6 +200,13 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
         if lease.gate is not None:
             # Permits freed by other queues sharing a semaphore wake this one too.
             keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
+
+
+def _count_held_back(lease: Lease, counted: set[str]) -> None:
+    blocker = lease.gate.blocker if lease.gate is not None else None
+    if blocker is not None and blocker.control not in counted:
+        counted.add(blocker.control)
+        quota_metrics.record_refusal(blocker.control)
 
 
 def _next_window_in(lease: Lease) -> float:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from executions import notify
 from executions.models import Task, TaskStatus
 from nodeflow import clock
-from quotas import locks, metrics, rate_limits, semaphores
+from quotas import locks, rate_limits, semaphores
 from quotas.controls import Controls, cached_controls, read_controls
 
 
@@ -78,10 +78,7 @@ def open_gate(*, namespace_id: int, queue: str, want: int, now: dt.datetime | No
     # Counted by statements after the locks, so they see the last holder's commit.
     rooms = (*_cap_room(namespace_id, queue, controls), *_rate_room(namespace_id, queue, controls, now),
              *_semaphore_rooms(configured, now))
-    gate = Gate(controls, max(0, min([want, *(room.free for room in rooms)])), now, rooms)
-    if lock and gate.blocker is not None:
-        metrics.record_refusal(gate.blocker.control)
-    return gate
+    return Gate(controls, max(0, min([want, *(room.free for room in rooms)])), now, rooms)
 
 
 def _cap_room(namespace_id: int, queue: str, controls: Controls) -> list[Room]:

@@ -182,6 +182,14 @@ def test_it_counts_refusals_by_control_once_each(api, moved):
     assert moved("nodeflow_limit_refusals_total", control="quota:maxWorkflowDefinitions") == 1
 
 
+
+def test_a_long_poll_held_back_counts_its_control_once(api, moved):
+    fill(api, "mx_held", 2, concurrentExecLimit=1)
+    poll(api, "mx_held", count=5)
+    # Held back for its whole wait: re-checked many times, counted once.
+    assert api.post("tasks/poll/mx_held", {"workerId": "w", "count": 5, "waitSeconds": 0.3}).json() == []
+    assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit") == 1
+
 # --- state read from the database ------------------------------------------------
 
 def test_it_reads_queue_depth_and_in_flight_from_the_database(api):
