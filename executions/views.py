@@ -73,16 +73,18 @@ class ExecutionListView(NamespacedView):
         body = StartExecutionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        # The start commits on its own, before the view is read: its first
-        # tasks become visible to waiting workers (and its NOTIFY goes out)
-        # without waiting for the view's reads. The view reads committed
-        # state, so a worker may already hold a task it shows.
-        execution, created = lifecycle.start_execution(
-            namespace=self.namespace, name=data["name"], version=data.get("version"), input=data["input"],
-            correlation_id=data.get("correlationId"), idempotency_key=data.get("idempotencyKey"),
-            priority=data["priority"],
-        )
-        return Response(full_view(execution), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        # One commit for the start and the view of it: reads after the commit
+        # would each be a transaction of their own. The view is cheap (blockedBy
+        # reads cached controls and a remembered recent poll), so the commit
+        # that makes the first tasks visible follows their insert closely.
+        with transaction.atomic():
+            execution, created = lifecycle.start_execution(
+                namespace=self.namespace, name=data["name"], version=data.get("version"), input=data["input"],
+                correlation_id=data.get("correlationId"), idempotency_key=data.get("idempotencyKey"),
+                priority=data["priority"],
+            )
+            body = full_view(execution)
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class ExecutionDetailView(NamespacedView):
