@@ -68,13 +68,9 @@ class Lease:
     gate: Gate | None = None  # the queue's controls as the lease found them
 
 
-def lease_tasks(*, namespace: Namespace, queue: str, worker_id: str, count: int) -> list[Task]:
+def _lease(namespace_id: int, queue: str, worker_id: str, count: int) -> Lease:
     """Lease up to ``count`` ready tasks of ``queue``, highest priority first,
     and no more than the queue's controls allow."""
-    return _lease(namespace.id, queue, worker_id, count).tasks
-
-
-def _lease(namespace_id: int, queue: str, worker_id: str, count: int) -> Lease:
     token = secrets.token_urlsafe(18)
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
         tasks, controlled = _lease_fast(namespace_id, queue, worker_id, count, token, clock.now())
