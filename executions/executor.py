@@ -76,13 +76,13 @@ def lock_executions_of_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) ->
     namespace's tasks ``task_ids`` belong to."""
     if not task_ids:
         return {}
-    ids = [sql.prep(Task, "id", pk) for pk in set(task_ids)]
+    tasks, params = sql.any_of(Task, "id", set(task_ids))
     statement = (
         f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id IN "
-        f"(SELECT execution_id FROM {sql.table(Task)} WHERE id IN ({sql.placeholders(len(ids))}) AND namespace_id = %s) "
+        f"(SELECT execution_id FROM {sql.table(Task)} WHERE {tasks} AND namespace_id = %s) "
         f"ORDER BY id{sql.for_update()}"
     )
-    return {e.id: e for e in sql.rows(Execution, statement, [*ids, namespace_id])}
+    return {e.id: e for e in sql.rows(Execution, statement, [*params, namespace_id])}
 
 
 def read_run(execution: Execution) -> list[Task]:
@@ -97,15 +97,14 @@ def read_run(execution: Execution) -> list[Task]:
 def read_runs(executions: list[Execution]) -> dict[uuid.UUID, list[Task]]:
     """``read_run`` of several executions, in one query."""
     if not executions:
-        return {}  # "IN ()" is a syntax error on PostgreSQL (a batch of foreign task ids)
+        return {}
     if len(executions) == 1:
         return {executions[0].id: read_run(executions[0])}
     runs = {e.id: e.run for e in executions}
     found: dict[uuid.UUID, list[Task]] = {e.id: [] for e in executions}
-    ids = [sql.prep(Task, "execution", pk) for pk in runs]
-    statement = (f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} "
-                 f"WHERE execution_id IN ({sql.placeholders(len(ids))}) ORDER BY seq")
-    for task in sql.rows(Task, statement, ids):
+    condition, params = sql.any_of(Task, "execution", runs)
+    statement = f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE {condition} ORDER BY seq"
+    for task in sql.rows(Task, statement, params):
         if task.run == runs[task.execution_id]:
             found[task.execution_id].append(task)
     return found
@@ -306,7 +305,7 @@ def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) ->
         Timer(kind=t.kind, execution_id=e.id, task_id=t.task_id, due_at=t.due_at) for e, d in decisions for t in d.timers
     ])
     for updates, ids in groups.values():
-        Execution.objects.filter(pk__in=ids).update(**updates, updated_at=now)
+        sql.update(Execution, values={**updates, "updated_at": now}, where={"id": ids})
     for execution, decision in decisions:
         _follow_up(execution, decision)
     _notify_ready(decisions)

@@ -40,12 +40,16 @@ OPEN_TASK = (TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS)
 
 class Execution(models.Model):
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
-    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="executions")
+    # Indexes that only cost: every non-HOT update of a row (each status
+    # change) writes an entry in each of the table's indexes. The namespace
+    # is the first column of execution_ns_created; snapshots are never
+    # deleted; parents and correlation ids are indexed only where present.
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="executions", db_index=False)
     name = models.CharField(max_length=128)
     version = models.PositiveIntegerField()
     # Children share their root's snapshot; workflow_key says which of its
     # workflows this execution runs ("name@version").
-    snapshot = models.ForeignKey(WorkflowSnapshot, on_delete=models.PROTECT, related_name="executions")
+    snapshot = models.ForeignKey(WorkflowSnapshot, on_delete=models.PROTECT, related_name="executions", db_index=False)
     workflow_key = models.CharField(max_length=160)
     status = models.CharField(max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.RUNNING)
     awaiting_admission = models.BooleanField(default=False)
@@ -58,7 +62,9 @@ class Execution(models.Model):
     correlation_id = models.CharField(max_length=256, null=True, blank=True)
     idempotency_key = models.CharField(max_length=256, null=True, blank=True)
     priority = models.PositiveSmallIntegerField(default=0)
-    parent_execution = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_execution = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False,
+    )
     parent_task_id = models.UUIDField(null=True, blank=True)
     path_prefix = models.CharField(max_length=1000, blank=True, default="")
     depth = models.PositiveSmallIntegerField(default=0)
@@ -82,7 +88,11 @@ class Execution(models.Model):
             models.Index(fields=["namespace", "-created_at"], name="execution_ns_created"),
             models.Index(fields=["namespace", "status", "-created_at"], name="execution_ns_status"),
             models.Index(fields=["namespace", "name", "-created_at"], name="execution_ns_name"),
-            models.Index(fields=["namespace", "correlation_id"], name="execution_ns_correlation"),
+            models.Index(
+                fields=["namespace", "correlation_id"], condition=Q(correlation_id__isnull=False),
+                name="execution_ns_correlation",
+            ),
+            models.Index(fields=["parent_execution"], condition=Q(parent_execution__isnull=False), name="execution_parent"),
             # maxConcurrentExecutions counts the active runs of one definition.
             models.Index(
                 fields=["namespace", "name"], condition=Q(status__in=["RUNNING", "PAUSED"]), name="execution_active_name"
@@ -102,7 +112,8 @@ class Task(models.Model):
     its attempts share ``idempotency_key``."""
 
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="tasks")
+    # The execution is the first column of task_execution.
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="+")
     run = models.PositiveIntegerField(default=1)
     seq = models.PositiveIntegerField(default=0)

@@ -160,7 +160,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
         for (token, _), (fields, ids) in writes.items():
             # Every row was checked under its execution's lock, and nothing
             # changes an IN_PROGRESS row's status or token without that lock.
-            if Task.objects.filter(pk__in=ids, status=TaskStatus.IN_PROGRESS, lease_token=token).update(**fields) != len(ids):
+            if sql.update(Task, values=fields, where={"id": ids, "status": TaskStatus.IN_PROGRESS, "lease_token": token}) != len(ids):
                 raise RuntimeError("task rows changed under their executions' locks")
         executor.decide_many(list(touched.values()), tasks=runs)
     return answers
@@ -169,10 +169,9 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
 def _read_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UUID, Task]:
     if not task_ids:
         return {}
-    ids = [sql.prep(Task, "id", pk) for pk in set(task_ids)]
-    statement = (f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} "
-                 f"WHERE id IN ({sql.placeholders(len(ids))}) AND namespace_id = %s")
-    return {t.id: t for t in sql.rows(Task, statement, [*ids, namespace_id])}
+    condition, params = sql.any_of(Task, "id", set(task_ids))
+    statement = f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE {condition} AND namespace_id = %s"
+    return {t.id: t for t in sql.rows(Task, statement, [*params, namespace_id])}
 
 
 def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:

@@ -15,10 +15,50 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import connection, models
 from django.db.models.base import ModelState
 
 M = TypeVar("M", bound=models.Model)
+
+
+# Prepare a statement once a connection has run it this many times (psycopg
+# keeps the 100 most used per connection).
+PREPARE_THRESHOLD = 2
+
+
+def cursor():
+    """A cursor on Django's connection (its wrappers and query log included).
+    On PostgreSQL it binds parameters server-side: a statement's text stays
+    the same whatever the values, so psycopg does not quote each value into
+    it, and PostgreSQL can keep the statement prepared (see
+    ``NODE_FLOW_PREPARED_STATEMENTS``). Django's own cursors keep binding
+    client-side, and a client-side cursor never prepares."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if settings.NODE_FLOW_PREPARED_STATEMENTS and raw.prepare_threshold is None:
+        raw.prepare_threshold = PREPARE_THRESHOLD
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(_bound_cursor_class()(raw))
+
+
+@functools.cache
+def _bound_cursor_class() -> type:
+    from django.db.backends.postgresql.base import ServerBindingCursor  # imports psycopg
+
+    class BoundCursor(ServerBindingCursor):
+        """Django's server-binding cursor, keeping the statement it ran:
+        psycopg forgets it for a prepared one, and Django's query log
+        (``connection.queries``, CaptureQueriesContext) reads it."""
+
+        def _send_query_prepared(self, name, pgq, **kwargs):
+            self._query = pgq
+            return super()._send_query_prepared(name, pgq, **kwargs)
+
+    return BoundCursor
 
 
 @functools.cache
@@ -39,6 +79,19 @@ def for_update() -> str:
 
 def placeholders(count: int) -> str:
     return ", ".join(["%s"] * count)
+
+
+def any_of(model: type[models.Model], name: str, values: Iterable[Any], *, alias: str = "") -> tuple[str, list]:
+    """The condition "field ``name`` is one of ``values``" and its parameters.
+    On PostgreSQL one array parameter (``= ANY(%s)``): the statement's text
+    is the same for any number of values, so it is parsed once, and an
+    empty list is simply false. SQLite has no arrays: ``IN (…)``."""
+    field = model._meta.get_field(name)
+    column = f'{alias}."{field.column}"' if alias else f'"{field.column}"'
+    prepped = [field.get_db_prep_save(value, connection) for value in values]
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [prepped]
+    return f"{column} IN ({placeholders(len(prepped))})", prepped
 
 
 def prep(model: type[models.Model], name: str, value: Any) -> Any:
@@ -87,9 +140,9 @@ def rows(model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0
     (instance, extras); the instance is None when the model's columns are
     all NULL (an outer join that found nothing)."""
     width = len(model._meta.concrete_fields)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        fetched = cursor.fetchall()
+    with cursor() as bound:
+        bound.execute(sql, params)
+        fetched = bound.fetchall()
     if not extra:
         return [to_model(model, row) for row in fetched]
     return [(to_model(model, row[:width]) if row[0] is not None else None, tuple(row[width:])) for row in fetched]
@@ -98,6 +151,11 @@ def rows(model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0
 def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]:
     clauses, params = [], []
     for name, value in where.items():
+        if isinstance(value, (list, tuple, set, frozenset)):
+            clause, values = any_of(model, name, value)
+            clauses.append(clause)
+            params.extend(values)
+            continue
         field = model._meta.get_field(name)
         clauses.append(f'"{field.column}" = %s')
         params.append(field.get_db_prep_save(value, connection))
@@ -105,17 +163,18 @@ def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]
 
 
 def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str, Any]) -> int:
-    """``UPDATE … SET values WHERE`` every ``where`` field equals its value;
-    the number of rows changed. Plain values only (no expressions)."""
+    """``UPDATE … SET values WHERE`` every ``where`` field equals its value
+    (is one of them, for a list); the number of rows changed. Plain values
+    only (no expressions)."""
     sets, params = [], []
     for name, value in values.items():
         field = model._meta.get_field(name)
         sets.append(f'"{field.column}" = %s')
         params.append(field.get_db_prep_save(value, connection))
     condition, where_params = _where(model, where)
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table(model)} SET {', '.join(sets)} WHERE {condition}", params + where_params)
-        return cursor.rowcount
+    with cursor() as bound:
+        bound.execute(f"UPDATE {table(model)} SET {', '.join(sets)} WHERE {condition}", params + where_params)
+        return bound.rowcount
 
 
 def insert(objs: Iterable[models.Model]) -> None:
@@ -129,11 +188,11 @@ def insert(objs: Iterable[models.Model]) -> None:
     fields = model._meta.concrete_fields
     row = f"({placeholders(len(fields))})"
     size = max(1, connection.ops.bulk_batch_size(fields, objs))  # SQLite caps the parameters of a statement
-    with connection.cursor() as cursor:
+    with cursor() as bound:
         for start in range(0, len(objs), size):
             chunk = objs[start:start + size]
             params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for obj in chunk for field in fields]
-            cursor.execute(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params)
+            bound.execute(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias

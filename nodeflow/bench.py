@@ -99,7 +99,7 @@ class Stack:
 
     def start(self) -> None:
         self._spawn(str(BIN / "gunicorn"), "nodeflow.wsgi", "-b", f"127.0.0.1:{self.port}", "-k", "gthread",
-                    "-w", str(self.server_workers), "--threads", str(self.server_threads), "--log-level", "warning")
+                    "-w", str(self.server_workers), "--threads", str(self.server_threads), "--log-level", "warning", "--keep-alive", "0")
         self._spawn(str(BIN / "python"), "manage.py", "nodeflow_decider")
         self._spawn(str(BIN / "python"), "manage.py", "nodeflow_sweeper")
         deadline = time.monotonic() + 30
@@ -135,6 +135,14 @@ class Bench:
     def admin(self, sql: str) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(sql)
+
+    def analyze(self) -> None:
+        """Refresh the planner's statistics of the bench database, as
+        autovacuum does on a server after this many inserts. Without them
+        (autovacuum off, or a table too new), PostgreSQL plans the batch
+        statements' ``= ANY(ids)`` as scans of the whole table."""
+        with psycopg.connect(with_database(self.admin_url, self.db_name), autocommit=True) as conn:
+            conn.execute("ANALYZE")
 
     def commits(self) -> int:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
@@ -184,31 +192,44 @@ class Bench:
         return count / (time.monotonic() - started)
 
     def drain(self, client: Client, *, count: int, batch: int, threads: int) -> float:
-        """Workers poll and complete until ``count`` tasks are done; tasks/s."""
+        """``threads`` workers poll and complete until ``count`` tasks are
+        done; tasks/s. Each worker has its own connections, as separate
+        worker processes would: gunicorn hands a kept-alive connection to
+        one server process for its life, so one shared pool would time one
+        process's GIL. The clock stops at the result that reaches ``count``,
+        not when the last idle long-poll returns."""
         done = 0
+        finished_at = 0.0
         lock = threading.Lock()
+        key = client.http.headers["x-api-key"]
 
         def work() -> None:
-            nonlocal done
-            while True:
-                with lock:
-                    if done >= count:
-                        return
-                leased = client.poll(TASK, worker_id=threading.current_thread().name, count=batch, wait_s=1)
-                if not leased:
-                    continue
-                if batch > 1:
-                    client.results([(task, "COMPLETED", {"ok": True}) for task in leased])
-                else:
-                    client.complete(leased[0], {"ok": True})
-                with lock:
-                    done += len(leased)
+            nonlocal done, finished_at
+            own = Client(str(client.http.base_url), key)
+            try:
+                while True:
+                    with lock:
+                        if done >= count:
+                            return
+                    leased = own.poll(TASK, worker_id=threading.current_thread().name, count=batch, wait_s=1)
+                    if not leased:
+                        continue
+                    if batch > 1:
+                        own.results([(task, "COMPLETED", {"ok": True}) for task in leased])
+                    else:
+                        own.complete(leased[0], {"ok": True})
+                    with lock:
+                        done += len(leased)
+                        if done >= count and not finished_at:
+                            finished_at = time.monotonic()
+            finally:
+                own.close()
 
         started = time.monotonic()
         with ThreadPoolExecutor(threads) as pool:
             for future in [pool.submit(work) for _ in range(threads)]:
                 future.result()
-        return count / (time.monotonic() - started)
+        return count / ((finished_at or time.monotonic()) - started)
 
     def warm_up(self, client: Client) -> None:
         """A few polls of an empty queue, so the drain does not time the
@@ -222,6 +243,7 @@ class Bench:
         self.stack.start() if not self.stack.processes else None
         start_rate = self.start_many(client, "bench_one", count)
         self.stack.stop()
+        self.analyze()
         after_start = self.commits()
         # Under the same load as the drain that follows (the server is stopped).
         tps = self.baseline() if baseline else None

@@ -187,6 +187,11 @@ NODE_FLOW_MAX_JSON_DEPTH = env.int("NODE_FLOW_MAX_JSON_DEPTH", default=100)
 
 # --- Engine -------------------------------------------------------------------
 NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)
+# The engine's fixed hot-path statements (executions/sql.py) are prepared on
+# PostgreSQL once a connection has run them twice. Turn off behind a pooler
+# that cannot carry prepared statements (PgBouncer in transaction mode
+# before 1.21, or without max_prepared_statements).
+NODE_FLOW_PREPARED_STATEMENTS = env.bool("NODE_FLOW_PREPARED_STATEMENTS", default=True)
 
 
 def _circuit_breaker_config(raw: str) -> dict:
