@@ -141,6 +141,14 @@ def _lease_sql() -> str:
     return f"UPDATE executions_task AS t {_LEASE_SET} WHERE t.id IN ({_READY.format(extra='')}) RETURNING {sql.columns(Task, 't')}"
 
 
+# What a lease answer and its metrics read of the leased rows (the rest is
+# deferred, as with QuerySet.only: fewer columns to send and convert).
+LEASED_FIELDS = (
+    "id", "execution", "namespace", "type", "kind", "task_def_name", "queue", "status", "ref", "path", "attempt",
+    "input", "idempotency_key", "scheduled_at", "available_at", "started_at", "lease_token", "lease_expires_at",
+)
+
+
 @functools.cache
 def _lease_fast_sql() -> str:
     """The same for a queue that may have controls, still one statement: it
@@ -155,15 +163,15 @@ WITH ctl AS (
 ), leased AS (
     UPDATE executions_task AS t {_LEASE_SET}
      WHERE t.id IN ({_READY.format(extra="AND (SELECT n FROM ctl) = 0")})
-    RETURNING {sql.columns(Task, 't')}
+    RETURNING {sql.columns(Task, 't', LEASED_FIELDS)}
 )
-SELECT {sql.columns(Task, 'leased')}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
+SELECT {sql.columns(Task, 'leased', LEASED_FIELDS)}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
 """
 
 
 def _lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> tuple[list[Task], bool]:
     params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-    found = sql.rows(Task, _lease_fast_sql(), params, extra=1)
+    found = sql.rows(Task, _lease_fast_sql(), params, extra=1, fields=LEASED_FIELDS)
     return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
 
 

@@ -37,6 +37,22 @@ ROW_FIELDS = (
 )
 
 
+# What deciding reads of an execution's row and of its run's task rows (and
+# what a result checks and writes). A batch of results reads only these; the
+# other columns are deferred (see sql.to_model), saving their transfer and
+# conversion on the hot path.
+DECIDING_EXECUTION_FIELDS = (
+    "id", "namespace", "name", "version", "snapshot", "workflow_key", "status", "awaiting_admission",
+    "admission_key", "input", "variables", "correlation_id", "priority", "parent_execution", "parent_task_id",
+    "path_prefix", "depth", "run", "evaluated_at", "deadline",
+)
+DECIDING_TASK_FIELDS = (
+    "id", "execution", "namespace", "run", "seq", "ref", "path", "type", "kind", "task_def_name", "queue", "status",
+    "optional", "attempt", "policy", "input", "output", "reason_for_incompletion", "scheduled_at", "available_at",
+    "started_at", "ended_at", "first_scheduled_at", "lease_token", "child_execution_id", "logs",
+)
+
+
 class StaleDecision(Exception):
     """A row changed under the decision (it should not, under the lock): retry."""
 
@@ -71,40 +87,42 @@ def lock_execution_of_task(task_id: uuid.UUID, *, namespace_id: int) -> Executio
     return found[0] if found else None
 
 
-def lock_executions_of_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UUID, Execution]:
+def lock_executions_of_tasks(
+    task_ids: list[uuid.UUID], *, namespace_id: int, fields: tuple[str, ...] | None = None,
+) -> dict[uuid.UUID, Execution]:
     """Lock, in id order (no deadlocks between batches), the executions the
-    namespace's tasks ``task_ids`` belong to."""
+    namespace's tasks ``task_ids`` belong to (reading ``fields`` of them)."""
     if not task_ids:
         return {}
     tasks, params = sql.any_of(Task, "id", set(task_ids))
     statement = (
-        f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id IN "
+        f"SELECT {sql.columns(Execution, fields=fields)} FROM {sql.table(Execution)} WHERE id IN "
         f"(SELECT execution_id FROM {sql.table(Task)} WHERE {tasks} AND namespace_id = %s) "
         f"ORDER BY id{sql.for_update()}"
     )
-    return {e.id: e for e in sql.rows(Execution, statement, [*params, namespace_id])}
+    return {e.id: e for e in sql.rows(Execution, statement, [*params, namespace_id], fields=fields)}
 
 
-def read_run(execution: Execution) -> list[Task]:
+def read_run(execution: Execution, *, fields: tuple[str, ...] | None = None) -> list[Task]:
     """The current run's task rows, in seq order (what the decider reads)."""
     return sql.rows(
         Task,
-        f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE execution_id = %s AND run = %s ORDER BY seq",
-        [sql.prep(Task, "execution", execution.id), execution.run],
+        f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE execution_id = %s AND run = %s ORDER BY seq",
+        [sql.prep(Task, "execution", execution.id), execution.run], fields=fields,
     )
 
 
-def read_runs(executions: list[Execution]) -> dict[uuid.UUID, list[Task]]:
+def read_runs(executions: list[Execution], *, fields: tuple[str, ...] | None = None) -> dict[uuid.UUID, list[Task]]:
     """``read_run`` of several executions, in one query."""
     if not executions:
         return {}
     if len(executions) == 1:
-        return {executions[0].id: read_run(executions[0])}
+        return {executions[0].id: read_run(executions[0], fields=fields)}
     runs = {e.id: e.run for e in executions}
     found: dict[uuid.UUID, list[Task]] = {e.id: [] for e in executions}
     condition, params = sql.any_of(Task, "execution", runs)
-    statement = f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE {condition} ORDER BY seq"
-    for task in sql.rows(Task, statement, params):
+    statement = f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE {condition} ORDER BY seq"
+    for task in sql.rows(Task, statement, params, fields=fields):
         if task.run == runs[task.execution_id]:
             found[task.execution_id].append(task)
     return found

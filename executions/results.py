@@ -139,15 +139,20 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
     statement."""
     answers: list[dict] = []
     with transaction.atomic():
-        locked = executor.lock_executions_of_tasks([r.task_id for r in results], namespace_id=namespace.id)
+        locked = executor.lock_executions_of_tasks(
+            [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS,
+        )
         # Read under the locks. When any result may be decided, the runs of
         # the executions that can be are read whole, once: the decider gets
         # these rows, with the writes applied.
         runs = {}
         if any(r.status != TaskStatus.IN_PROGRESS for r in results):
-            runs = executor.read_runs([e for e in locked.values() if executor.decidable(e)])
+            runs = executor.read_runs(
+                [e for e in locked.values() if executor.decidable(e)], fields=executor.DECIDING_TASK_FIELDS,
+            )
         tasks = {t.id: t for run in runs.values() for t in run}
         tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))
+        ended: list[tuple[Task, str | None]] = []
         # Only tasks whose execution this transaction holds (one that appeared
         # after the lock statement is answered 404, as it was then).
         tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
@@ -156,7 +161,8 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
         touched: dict[uuid.UUID, Execution] = {}
         now = clock.now()
         for result in results:
-            answers.append(_plan_one(result, tasks.get(result.task_id), locked, owners, writes, touched, now))
+            answers.append(_plan_one(result, tasks.get(result.task_id), locked, owners, writes, touched, ended, now))
+        metrics.record_task_ends(ended)
         for (token, _), (fields, ids) in writes.items():
             # Every row was checked under its execution's lock, and nothing
             # changes an IN_PROGRESS row's status or token without that lock.
@@ -174,7 +180,7 @@ def _read_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UU
     return {t.id: t for t in sql.rows(Task, statement, [*params, namespace_id])}
 
 
-def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:
+def _plan_one(result, task, locked, owners, writes, touched, ended, now) -> dict:
     if task is None:
         return {"taskId": str(result.task_id), "status": 404, "error": "NOT_FOUND"}
     try:
@@ -186,7 +192,7 @@ def _plan_one(result, task, locked, owners, writes, touched, now) -> dict:
     key = (result.lease_token, json.dumps(fields, sort_keys=True, default=str))
     writes.setdefault(key, (fields, []))[1].append(task.id)
     _wake_if_freed(task, fields)
-    metrics.record_task_end(task, fields.get("status"))
+    ended.append((task, fields.get("status")))
     if decide:
         touched[execution.id] = execution
     # As written: the decider reads these rows, and the same task twice in

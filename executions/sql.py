@@ -12,11 +12,12 @@ richer is written out by the caller.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.base import ModelState
 
 M = TypeVar("M", bound=models.Model)
@@ -27,6 +28,13 @@ M = TypeVar("M", bound=models.Model)
 PREPARE_THRESHOLD = 2
 
 
+def _db():
+    """This thread's connection itself: each attribute read through the
+    ``connection`` proxy looks the connection up again, and a batch of 100
+    rows reads thousands."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 def cursor():
     """A cursor on Django's connection (its wrappers and query log included).
     On PostgreSQL it binds parameters server-side: a statement's text stays
@@ -34,15 +42,16 @@ def cursor():
     it, and PostgreSQL can keep the statement prepared (see
     ``NODE_FLOW_PREPARED_STATEMENTS``). Django's own cursors keep binding
     client-side, and a client-side cursor never prepares."""
-    if connection.vendor != "postgresql":
-        return connection.cursor()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
+    db = _db()
+    if db.vendor != "postgresql":
+        return db.cursor()
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    raw = db.connection
     if settings.NODE_FLOW_PREPARED_STATEMENTS and raw.prepare_threshold is None:
         raw.prepare_threshold = PREPARE_THRESHOLD
-    with connection.wrap_database_errors:
-        return connection._prepare_cursor(_bound_cursor_class()(raw))
+    with db.wrap_database_errors:
+        return db._prepare_cursor(_bound_cursor_class()(raw))
 
 
 @functools.cache
@@ -62,10 +71,18 @@ def _bound_cursor_class() -> type:
 
 
 @functools.cache
-def columns(model: type[models.Model], alias: str = "") -> str:
-    """Every concrete column of ``model``, in field order (what ``rows`` reads)."""
+def columns(model: type[models.Model], alias: str = "", fields: tuple[str, ...] | None = None) -> str:
+    """Every concrete column of ``model``, in field order, or the columns of
+    ``fields`` in their order: what ``rows`` reads."""
     prefix = f"{alias}." if alias else ""
-    return ", ".join(f'{prefix}"{field.column}"' for field in model._meta.concrete_fields)
+    return ", ".join(f'{prefix}"{field.column}"' for field in _fields(model, fields))
+
+
+@functools.cache
+def _fields(model: type[models.Model], names: tuple[str, ...] | None) -> tuple[models.Field, ...]:
+    if names is None:
+        return tuple(model._meta.concrete_fields)
+    return tuple(model._meta.get_field(name) for name in names)
 
 
 def table(model: type[models.Model]) -> str:
@@ -86,10 +103,11 @@ def any_of(model: type[models.Model], name: str, values: Iterable[Any], *, alias
     On PostgreSQL one array parameter (``= ANY(%s)``): the statement's text
     is the same for any number of values, so it is parsed once, and an
     empty list is simply false. SQLite has no arrays: ``IN (…)``."""
+    db = _db()
     field = model._meta.get_field(name)
     column = f'{alias}."{field.column}"' if alias else f'"{field.column}"'
-    prepped = [field.get_db_prep_save(value, connection) for value in values]
-    if connection.vendor == "postgresql":
+    prepped = [field.get_db_prep_save(value, db) for value in values]
+    if db.vendor == "postgresql":
         return f"{column} = ANY(%s)", [prepped]
     return f"{column} IN ({placeholders(len(prepped))})", prepped
 
@@ -100,55 +118,82 @@ def prep(model: type[models.Model], name: str, value: Any) -> Any:
     return model._meta.get_field(name).get_db_prep_save(value, connection)
 
 
+_EMPTY_JSON = {"{}": dict, "[]": list}
+
+
+def _json_from_db(value, expression, connection):
+    """``JSONField.from_db_value`` for a field without a custom decoder,
+    with the empty object and list (most of the engine's JSON columns:
+    outputs not yet written, no variables, no logs) not parsed at all."""
+    if value is None:
+        return None
+    empty = _EMPTY_JSON.get(value) if isinstance(value, str) else None
+    if empty is not None:
+        return empty()
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
 @functools.cache
-def _converters(model: type[models.Model], vendor: str) -> list[tuple[int, list, Any]]:
+def _converters(model: type[models.Model], vendor: str, names: tuple[str, ...] | None = None) -> list[tuple[int, list, Any]]:
     del vendor  # part of the cache key: converters differ by backend
     found = []
-    for index, field in enumerate(model._meta.concrete_fields):
+    for index, field in enumerate(_fields(model, names)):
         col = field.get_col(model._meta.db_table)
         converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        if isinstance(field, models.JSONField) and field.decoder is None:
+            converters = [_json_from_db if c == field.from_db_value else c for c in converters]
         if converters:
             found.append((index, converters, col))
     return found
 
 
 @functools.cache
-def _attnames(model: type[models.Model]) -> tuple[str, ...]:
-    return tuple(field.attname for field in model._meta.concrete_fields)
+def _attnames(model: type[models.Model], names: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    return tuple(field.attname for field in _fields(model, names))
 
 
-def to_model(model: type[M], values: Sequence[Any]) -> M:
-    """One row, read as ``columns(model)`` lists them, as a model instance.
-    Built the way ``Model.from_db`` leaves one (every field set, not adding,
-    this database), without ``__init__``'s per-field descriptor walk and its
-    init signals, which none of the engine's models uses."""
+def to_model(model: type[M], values: Sequence[Any], fields: tuple[str, ...] | None = None, db=None) -> M:
+    """One row, read as ``columns(model, fields=fields)`` lists them, as a
+    model instance. Built the way ``Model.from_db`` leaves one (the fields
+    read set, not adding, this database), without ``__init__``'s per-field
+    descriptor walk and its init signals, which none of the engine's models
+    uses. A field not read is deferred, as with ``QuerySet.only``: reading
+    it queries the database."""
+    db = db or _db()
     values = list(values)
-    for index, converters, col in _converters(model, connection.vendor):
+    for index, converters, col in _converters(model, db.vendor, fields):
         for convert in converters:
-            values[index] = convert(values[index], col, connection)
+            values[index] = convert(values[index], col, db)
     instance = model.__new__(model)
-    instance.__dict__.update(zip(_attnames(model), values))
+    instance.__dict__.update(zip(_attnames(model, fields), values))
     instance._state = ModelState()
     instance._state.adding = False
-    instance._state.db = connection.alias
+    instance._state.db = db.alias
     return instance
 
 
-def rows(model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0) -> list[M] | list[tuple[M | None, tuple]]:
-    """Run ``sql`` whose select list starts with ``columns(model)``. With
-    ``extra``, that many further columns follow, and each row comes back as
-    (instance, extras); the instance is None when the model's columns are
-    all NULL (an outer join that found nothing)."""
-    width = len(model._meta.concrete_fields)
+def rows(
+    model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0, fields: tuple[str, ...] | None = None,
+) -> list[M] | list[tuple[M | None, tuple]]:
+    """Run ``sql`` whose select list starts with ``columns(model, fields=fields)``.
+    With ``extra``, that many further columns follow, and each row comes
+    back as (instance, extras); the instance is None when the model's
+    columns are all NULL (an outer join that found nothing)."""
+    width = len(_fields(model, fields))
     with cursor() as bound:
         bound.execute(sql, params)
         fetched = bound.fetchall()
+    db = _db()
     if not extra:
-        return [to_model(model, row) for row in fetched]
-    return [(to_model(model, row[:width]) if row[0] is not None else None, tuple(row[width:])) for row in fetched]
+        return [to_model(model, row, fields, db) for row in fetched]
+    return [(to_model(model, row[:width], fields, db) if row[0] is not None else None, tuple(row[width:])) for row in fetched]
 
 
 def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]:
+    db = _db()
     clauses, params = [], []
     for name, value in where.items():
         if isinstance(value, (list, tuple, set, frozenset)):
@@ -158,7 +203,7 @@ def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]
             continue
         field = model._meta.get_field(name)
         clauses.append(f'"{field.column}" = %s')
-        params.append(field.get_db_prep_save(value, connection))
+        params.append(field.get_db_prep_save(value, db))
     return " AND ".join(clauses), params
 
 
@@ -166,11 +211,12 @@ def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str
     """``UPDATE … SET values WHERE`` every ``where`` field equals its value
     (is one of them, for a list); the number of rows changed. Plain values
     only (no expressions)."""
+    db = _db()
     sets, params = [], []
     for name, value in values.items():
         field = model._meta.get_field(name)
         sets.append(f'"{field.column}" = %s')
-        params.append(field.get_db_prep_save(value, connection))
+        params.append(field.get_db_prep_save(value, db))
     condition, where_params = _where(model, where)
     with cursor() as bound:
         bound.execute(f"UPDATE {table(model)} SET {', '.join(sets)} WHERE {condition}", params + where_params)
@@ -187,12 +233,13 @@ def insert(objs: Iterable[models.Model]) -> None:
     model = type(objs[0])
     fields = model._meta.concrete_fields
     row = f"({placeholders(len(fields))})"
-    size = max(1, connection.ops.bulk_batch_size(fields, objs))  # SQLite caps the parameters of a statement
+    db = _db()
+    size = max(1, db.ops.bulk_batch_size(fields, objs))  # SQLite caps the parameters of a statement
     with cursor() as bound:
         for start in range(0, len(objs), size):
             chunk = objs[start:start + size]
-            params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for obj in chunk for field in fields]
+            params = [field.get_db_prep_save(field.pre_save(obj, add=True), db) for obj in chunk for field in fields]
             bound.execute(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params)
     for obj in objs:
         obj._state.adding = False
-        obj._state.db = connection.alias
+        obj._state.db = db.alias

@@ -129,6 +129,13 @@ def record_task_end(task: TaskLike, status: str | None, count: int = 1) -> None:
         _after_commit([(TASKS_ENDED, (task_type(task), status), float(count))])
 
 
+def record_task_ends(ends: Iterable[tuple[TaskLike, str | None]]) -> None:
+    """``record_task_end`` for many (task, status) pairs: a batch of results
+    registers one commit hook, not one per task."""
+    tally = Tally((task_type(task), status) for task, status in ends if status in ENDED)
+    _after_commit([(TASKS_ENDED, labels, float(n)) for labels, n in tally.items()])
+
+
 def record_type_end(type_: str, status: str, count: int = 1) -> None:
     """``record_task_end`` for a caller that knows only the task's type."""
     if status in ENDED and count:
