@@ -11,6 +11,7 @@ richer is written out by the caller.
 """
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 from collections.abc import Iterable, Sequence
@@ -51,7 +52,19 @@ def cursor():
     if settings.NODE_FLOW_PREPARED_STATEMENTS and raw.prepare_threshold is None:
         raw.prepare_threshold = PREPARE_THRESHOLD
     with db.wrap_database_errors:
-        return db._prepare_cursor(_bound_cursor_class()(raw))
+        bound = _bound_cursor_class()(raw)
+        if db.timezone is dt.UTC and raw.info.timezone is dt.UTC:
+            # Django wraps psycopg's timestamptz loader to set the tzinfo
+            # to its own; in a UTC session psycopg's sets that very one.
+            bound.adapters.register_loader("timestamptz", _psycopg_timestamptz_loader())
+        return db._prepare_cursor(bound)
+
+
+@functools.cache
+def _psycopg_timestamptz_loader() -> type:
+    import psycopg
+
+    return psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, psycopg.pq.Format.TEXT)
 
 
 @functools.cache
