@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import logging
 import uuid
 
@@ -317,7 +316,7 @@ def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) ->
         for name, value in updates.items():
             setattr(execution, name, value)
         if updates:
-            key = json.dumps(updates, sort_keys=True, default=str)
+            key = sql.same_values_key(updates)
             groups.setdefault(key, (updates, []))[1].append(execution.id)
     Timer.objects.bulk_create([
         Timer(kind=t.kind, execution_id=e.id, task_id=t.task_id, due_at=t.due_at) for e, d in decisions for t in d.timers

@@ -10,7 +10,6 @@ decides each touched execution once.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,7 +188,7 @@ def _plan_one(result, task, locked, owners, writes, touched, ended, now) -> dict
         return {"taskId": str(result.task_id), "status": exc.status_code, "error": exc.error, "message": exc.message}
     execution = locked[owners[task.id]]
     fields, decide = _fields(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
-    key = (result.lease_token, json.dumps(fields, sort_keys=True, default=str))
+    key = (result.lease_token, sql.same_values_key(fields))
     writes.setdefault(key, (fields, []))[1].append(task.id)
     _wake_if_freed(task, fields)
     ended.append((task, fields.get("status")))

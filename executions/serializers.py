@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 from django.conf import settings
-from rest_framework import serializers
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from executions.blocked import blocked_by, execution_blocked_by
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
@@ -42,9 +46,21 @@ def iso(value) -> str | None:
     times as much, and a poll answer holds two per task."""
     if not value:
         return None
-    if value.tzinfo is dt.UTC and settings.TIME_ZONE == "UTC":
+    if value.tzinfo is dt.UTC and _renders_utc():
         return value.isoformat()[:-6] + "Z"
     return _DATETIME.to_representation(value)
+
+
+@functools.cache
+def _renders_utc() -> bool:
+    """Whether DRF renders datetimes in UTC, as ISO 8601 (read once: each
+    read of a setting goes through the lazy settings object)."""
+    return settings.TIME_ZONE == "UTC" and api_settings.DATETIME_FORMAT == ISO_8601
+
+
+@receiver(setting_changed)
+def _settings_changed(**kwargs) -> None:
+    _renders_utc.cache_clear()
 
 
 class StartExecutionSerializer(StrictSerializer):

@@ -10,7 +10,7 @@ class Command(BaseCommand):
     help = "Benchmark the server against a pgbench baseline (PostgreSQL)."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--tasks", type=int, default=4000, help="tasks for the batched throughput run")
+        parser.add_argument("--tasks", type=int, default=12000, help="tasks for the batched throughput run")
         parser.add_argument("--unbatched-tasks", type=int, default=1500)
         parser.add_argument("--latency-runs", type=int, default=100)
         parser.add_argument("--json", default="bench-results.json", help="where to write the figures")
