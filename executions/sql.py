@@ -122,7 +122,8 @@ def any_of(model: type[models.Model], name: str, values: Iterable[Any], *, alias
     column = f'{alias}."{field.column}"' if alias else f'"{field.column}"'
     if db.vendor == "postgresql" and isinstance(getattr(field, "target_field", field), models.UUIDField):
         # One text parameter ('{…,…}'): psycopg dumps a list element by element.
-        return f"{column} = ANY(%s::uuid[])", ["{" + ",".join(str(uuid.UUID(str(v))) for v in values) + "}"]
+        text = ",".join(str(v) if isinstance(v, uuid.UUID) else str(uuid.UUID(str(v))) for v in values)
+        return f"{column} = ANY(%s::uuid[])", ["{" + text + "}"]
     prepped = [field.get_db_prep_save(value, db) for value in values]
     if db.vendor == "postgresql":
         return f"{column} = ANY(%s)", [prepped]

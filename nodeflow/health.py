@@ -189,8 +189,19 @@ def check_database() -> list[Finding]:
     elapsed_ms = (time.monotonic() - started) * 1000
     found = [Finding(OK, "database", f"{connection.vendor} answers ({elapsed_ms:.0f} ms)")]
     if connection.vendor == "postgresql":
-        found += _postgres_connections()
+        found += _postgres_connections() + _postgres_autovacuum()
     return found
+
+
+def _postgres_autovacuum() -> list[Finding]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('autovacuum')")
+        (setting,) = cursor.fetchone()
+    if setting != "on":
+        return [Finding(WARN, "autovacuum", "autovacuum is off: dead row versions pile up, and without fresh "
+                        "statistics PostgreSQL plans the batch statements as scans of whole tables",
+                        "turn autovacuum on, or run VACUUM ANALYZE from cron (docs/deployment.md)")]
+    return [Finding(OK, "autovacuum", "on")]
 
 
 def _postgres_connections() -> list[Finding]:

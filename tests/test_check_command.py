@@ -57,6 +57,22 @@ def test_it_says_ok_on_a_sound_setup(bootstrapped):
     assert "redis://127.0.0.1:6379/15 reachable" in output
 
 
+def test_it_warns_when_postgresql_runs_without_autovacuum(bootstrapped):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("autovacuum is a PostgreSQL setting")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        (setting,) = cursor.fetchone()
+    code, output = run()
+    assert code == 0, output
+    if setting == "on":
+        assert line(output, "autovacuum").startswith("OK"), output
+    else:
+        assert line(output, "autovacuum").startswith("WARN") and "VACUUM ANALYZE" in output, output
+
+
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "nosuchtransport://127.0.0.1/"])
 def test_it_fails_when_the_broker_cannot_be_reached(bootstrapped, url):
     code, output = run(CELERY_BROKER_URL=url)

@@ -3,6 +3,8 @@ what it costs"): a regression that adds a round trip per result, or one per
 item of a batch, fails here rather than only in the benchmark."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -133,3 +135,73 @@ def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
     ready = [t for t in started["tasks"] if t["taskDefName"] == "work"]
     assert len(ready) == 5 and all(t["blockedBy"] is None for t in ready), started["tasks"]
     assert not [s for s in done if "quotas_workerpoll" in s or "metadata_taskdefinition" in s], done
+
+
+# --- executions/sql.py: the fixed statements themselves ---------------------
+
+def _task_ids(api, count: int) -> list:
+    from executions.models import Task
+
+    for _ in range(count):
+        start(api, "one")
+    return list(Task.objects.filter(status="SCHEDULED").values_list("id", flat=True))
+
+
+def test_a_list_condition_is_one_parameter_and_an_empty_list_matches_nothing(warm):
+    from executions import sql
+    from executions.models import Task
+
+    ids = _task_ids(warm, 3)
+    for wanted in (ids, ids[:1], [], [str(pk) for pk in ids]):
+        condition, params = sql.any_of(Task, "id", wanted)
+        found = sql.rows(Task, f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE {condition}", params)
+        assert {str(t.id) for t in found} == {str(pk) for pk in wanted}
+        if connection.vendor == "postgresql":
+            assert len(params) == 1  # the text stays the same for any number of ids
+    assert sql.update(Task, values={"reason_for_incompletion": "x"}, where={"id": ids, "status": "SCHEDULED"}) == 3
+    assert sql.update(Task, values={"reason_for_incompletion": "y"}, where={"id": []}) == 0
+
+
+def test_a_narrow_read_defers_the_other_columns_and_loads_them_on_demand(warm):
+    from executions import executor, sql
+    from executions.models import Task
+
+    ids = _task_ids(warm, 1)
+    condition, params = sql.any_of(Task, "id", ids)
+    fields = executor.DECIDING_TASK_FIELDS
+    (task,) = sql.rows(Task, f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE {condition}",
+                       params, fields=fields)
+    assert "idempotency_key" not in task.__dict__ and task.get_deferred_fields() >= {"idempotency_key"}
+    full = Task.objects.get(pk=task.id)
+    with CaptureQueriesContext(connection) as queries:
+        assert task.idempotency_key == full.idempotency_key  # read on demand, as QuerySet.only does
+    assert len(queries.captured_queries) == 1
+    for name in ("scheduled_at", "available_at", "policy", "input", "output", "logs"):
+        assert getattr(task, name) == getattr(full, name)
+    assert task.scheduled_at.tzinfo is full.scheduled_at.tzinfo  # the same datetimes as the ORM's
+
+
+def test_a_repeated_statement_is_prepared_on_postgresql(warm, settings):
+    from executions import sql
+    from executions.models import Task
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    settings.NODE_FLOW_PREPARED_STATEMENTS = True
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = None  # as Django leaves it: sql.cursor() turns it on
+    marker = "/* prepared-test */"
+    for _ in range(sql.PREPARE_THRESHOLD + 1):
+        sql.rows(Task, f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE id = %s {marker}", [uuid.uuid4()])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"%{marker}%"])
+        assert cursor.fetchone()[0] == 1
+
+
+def test_equal_values_share_a_key_and_different_types_do_not(warm):
+    from executions import sql
+
+    assert sql.same_values_key({"output": {"a": 1}, "status": "COMPLETED"}) == \
+        sql.same_values_key({"output": {"a": 1}, "status": "COMPLETED"})
+    keys = {sql.same_values_key({"output": {"a": value}}) for value in (1, 1.0, True, "1", None, [1])}
+    assert len(keys) == 6
