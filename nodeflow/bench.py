@@ -97,9 +97,17 @@ class Stack:
         out = open(self.log, "a")  # noqa: SIM115 - lives as long as the process
         self.processes.append(subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=out, stderr=out))
 
-    def start(self) -> None:
+    def start(self, *, keep_alive: bool = True) -> None:
+        """``keep_alive=False`` for the throughput drains: gunicorn gives a
+        kept-alive connection to one worker process for its life, so a few
+        busy workers' connections can all land on one process (one GIL)
+        while the others idle. Without keep-alive each request's connection
+        goes to whichever process accepts it first, a free one, as it
+        would through a proxy that opens a connection per request."""
         self._spawn(str(BIN / "gunicorn"), "nodeflow.wsgi", "-b", f"127.0.0.1:{self.port}", "-k", "gthread",
-                    "-w", str(self.server_workers), "--threads", str(self.server_threads), "--log-level", "warning", "--keep-alive", "0")
+                    "-w", str(self.server_workers), "--threads", str(self.server_threads), "--log-level", "warning",
+                    "--keep-alive", "5" if keep_alive else "0",
+                    )
         self._spawn(str(BIN / "python"), "manage.py", "nodeflow_decider")
         self._spawn(str(BIN / "python"), "manage.py", "nodeflow_sweeper")
         deadline = time.monotonic() + 30
@@ -240,14 +248,14 @@ class Bench:
     def throughput(self, client: Client, *, label: str, count: int, batch: int, threads: int,
                    baseline: bool = False) -> dict:
         before = self.commits()
-        self.stack.start() if not self.stack.processes else None
+        self.stack.start(keep_alive=False) if not self.stack.processes else None
         start_rate = self.start_many(client, "bench_one", count)
         self.stack.stop()
         self.analyze()
         after_start = self.commits()
         # Under the same load as the drain that follows (the server is stopped).
         tps = self.baseline() if baseline else None
-        self.stack.start()
+        self.stack.start(keep_alive=False)
         self.warm_up(client)
         load = os.getloadavg()[0]
         rate = self.drain(client, count=count, batch=batch, threads=threads)
