@@ -11,9 +11,12 @@ workers (``nodeflow_worker``), and measures:
 (e) database commits per completed task (``pg_stat_database.xact_commit``);
 and, in the same run, the baseline: pgbench single-row UPDATE TPS, 4 clients.
 
-Commit counts are read with the server stopped, so every backend has flushed
-its statistics. Starting the executions is measured (and counted) apart from
-draining them. The machine may be shared, so the batched run's baseline is
+The drains are driven as separate workers would drive them (a connection
+each, the server without keep-alive so gunicorn spreads them over its
+processes), on analyzed tables, and timed to the last result; see
+``Bench.drain`` and docs/engine.md. Commit counts are read with the server
+stopped, so every backend has flushed its statistics. Starting the
+executions is measured (and counted) apart from draining them. The machine may be shared, so the batched run's baseline is
 taken right before its drain (and again at the start), and each phase notes
 the load average it ran under.
 """
