@@ -6,8 +6,11 @@ general path; on the worker routes that was close to half of a request's
 CPU. These helpers run plain SQL on Django's own connection, yet adapt every
 parameter and convert every column with the model fields' own methods, so
 they behave the same on PostgreSQL and SQLite and the models stay the one
-description of the tables. Only equality conditions are built here; anything
-richer is written out by the caller.
+description of the tables (two shortcuts give the same values more cheaply:
+UUID lists as one array literal, and empty JSON not parsed). Only equality
+and one-of conditions are built here; anything richer is written out by the
+caller. How the statements are sent (server-side binding, prepared) and why:
+docs/engine.md, "The hot path and what it costs".
 """
 from __future__ import annotations
 
