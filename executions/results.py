@@ -151,13 +151,13 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
             )
         tasks = {t.id: t for run in runs.values() for t in run}
         tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))
-        ended: list[tuple[Task, str | None]] = []
         # Only tasks whose execution this transaction holds (one that appeared
         # after the lock statement is answered 404, as it was then).
         tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
         owners = {t.id: t.execution_id for t in tasks.values()}
         writes: dict[tuple[str, str], tuple[dict, list[uuid.UUID]]] = {}
         touched: dict[uuid.UUID, Execution] = {}
+        ended: list[tuple[Task, str | None]] = []  # (task, status), counted once for the batch
         now = clock.now()
         for result in results:
             answers.append(_plan_one(result, tasks.get(result.task_id), locked, owners, writes, touched, ended, now))
