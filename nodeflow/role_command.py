@@ -10,6 +10,7 @@ import signal
 from django.core.management.base import BaseCommand
 
 from nodeflow.loop import Role
+from nodeflow.process import ready_server_process
 
 
 class RoleCommand(BaseCommand):
@@ -33,4 +34,5 @@ class RoleCommand(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        ready_server_process()
         role.run()

@@ -186,12 +186,25 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = NODE_FLOW_MAX_BODY_BYTES
 NODE_FLOW_MAX_JSON_DEPTH = env.int("NODE_FLOW_MAX_JSON_DEPTH", default=100)
 
 # --- Engine -------------------------------------------------------------------
+def _gc_threshold(raw: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"NODE_FLOW_GC_THRESHOLD must be integers separated by commas, not {raw!r}") from exc
+    if len(values) > 3 or any(value < 0 for value in values):
+        raise ImproperlyConfigured(f"NODE_FLOW_GC_THRESHOLD takes one to three non-negative integers, not {raw!r}")
+    return values
+
+
 NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)
 # The engine's fixed hot-path statements (executions/sql.py) are prepared on
 # PostgreSQL once a connection has run them twice. Turn off behind a pooler
 # that cannot carry prepared statements (PgBouncer in transaction mode
 # before 1.21, or without max_prepared_statements).
 NODE_FLOW_PREPARED_STATEMENTS = env.bool("NODE_FLOW_PREPARED_STATEMENTS", default=True)
+# The garbage collector's thresholds in server processes (gc.set_threshold;
+# nodeflow/process.py): one to three integers, or empty for CPython's own.
+NODE_FLOW_GC_THRESHOLD = _gc_threshold(env("NODE_FLOW_GC_THRESHOLD", default="50000,20,20"))
 
 
 def _circuit_breaker_config(raw: str) -> dict:

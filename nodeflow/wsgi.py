@@ -1,7 +1,11 @@
-"""WSGI entry point: ``gunicorn nodeflow.wsgi``."""
+"""WSGI entry point: ``gunicorn nodeflow.wsgi`` (and ``nodeflow_run``'s server)."""
 import os
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodeflow.settings")
 application = get_wsgi_application()
+
+from nodeflow.process import ready_server_process  # noqa: E402 - needs Django set up
+
+ready_server_process()
