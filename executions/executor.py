@@ -309,7 +309,7 @@ def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) ->
     _insert_rows_of(decisions)
     # Executions whose changes are the same (many runs completing alike) are
     # updated by one statement per distinct change.
-    groups: dict[str, tuple[dict, list[uuid.UUID]]] = {}
+    groups: dict[tuple, tuple[dict, list[uuid.UUID]]] = {}
     for execution, decision in decisions:
         _update_rows(decision.updated, now)
         updates = _execution_fields(execution, decision, now)

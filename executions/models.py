@@ -114,7 +114,10 @@ class Task(models.Model):
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     # The execution is the first column of task_execution.
     execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="tasks", db_index=False)
-    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: every hot lookup is by id or by execution, and the
+    # queue indexes (task_ready, task_in_flight, task_waiting) lead with the
+    # namespace. Each lease and each result would write an entry in it.
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="+", db_index=False)
     run = models.PositiveIntegerField(default=1)
     seq = models.PositiveIntegerField(default=0)
     ref = models.CharField(max_length=128)

@@ -155,7 +155,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
         # after the lock statement is answered 404, as it was then).
         tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
         owners = {t.id: t.execution_id for t in tasks.values()}
-        writes: dict[tuple[str, str], tuple[dict, list[uuid.UUID]]] = {}
+        writes: dict[tuple[str, tuple], tuple[dict, list[uuid.UUID]]] = {}
         touched: dict[uuid.UUID, Execution] = {}
         ended: list[tuple[Task, str | None]] = []  # (task, status), counted once for the batch
         now = clock.now()

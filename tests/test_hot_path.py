@@ -3,6 +3,7 @@ what it costs"): a regression that adds a round trip per result, or one per
 item of a batch, fails here rather than only in the benchmark."""
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 import pytest
@@ -205,3 +206,10 @@ def test_equal_values_share_a_key_and_different_types_do_not(warm):
         sql.same_values_key({"output": {"a": 1}, "status": "COMPLETED"})
     keys = {sql.same_values_key({"output": {"a": value}}) for value in (1, 1.0, True, "1", None, [1])}
     assert len(keys) == 6
+    # Column values themselves too: equal in Python, not as columns.
+    keys = {sql.same_values_key({"attempt": value}) for value in (1, 1.0, True, "1", None, [1], {"1": 1})}
+    assert len(keys) == 7
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    assert sql.same_values_key({"ended_at": at}) == sql.same_values_key({"ended_at": at.replace()})
+    assert sql.same_values_key({"ended_at": at}) != sql.same_values_key({"ended_at": at + dt.timedelta(microseconds=1)})
+    assert sql.same_values_key({"output": {}}) != sql.same_values_key({"variables": {}})
