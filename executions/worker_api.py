@@ -8,6 +8,7 @@ import uuid
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -83,9 +84,25 @@ def _plain_if_json(request, plain):
     return plain if request.content_type.split(";")[0].strip() == "application/json" else None
 
 
+class JSONOnlyNegotiation(DefaultContentNegotiation):
+    """With JSON the only renderer, a request that accepts anything (no
+    Accept header, ``*/*``, ``application/json``) gets it without parsing
+    the header into media types; any other Accept goes through DRF's
+    negotiation, so a refusal is still its 406."""
+
+    PLAIN = frozenset({"", "*/*", "application/json"})
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        if (len(renderers) == 1 and format_suffix is None and self.settings.URL_FORMAT_OVERRIDE not in request.query_params
+                and request.META.get("HTTP_ACCEPT", "").strip() in self.PLAIN):
+            return renderers[0], renderers[0].media_type
+        return super().select_renderer(request, renderers, format_suffix)
+
+
 class WorkerView(NamespacedView):
     # Workers speak JSON: no browsable-API renderer to build and negotiate.
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = JSONOnlyNegotiation
 
 
 def _task_uuid(task_id: str) -> uuid.UUID:

@@ -497,3 +497,22 @@ def test_it_shows_the_deadline_of_a_workflow_with_a_timeout(api, frozen_clock):
     view = execution(api, started["id"])
     assert view["status"] == "TIMED_OUT"
     assert task_at(view, "work")["status"] == "CANCELED"
+
+
+@pytest.mark.parametrize("accept, status", [
+    (None, 200), ("*/*", 200), ("application/json", 200), ("application/json; charset=utf-8", 200),
+    ("text/html", 406), ("application/yaml", 406),
+])
+def test_the_worker_routes_answer_json_to_whoever_accepts_it(api, accept, status):
+    register(api, "w", simple("a"))
+    start(api, "w")
+    headers = {"HTTP_X_API_KEY": api.key}
+    if accept is not None:
+        headers["HTTP_ACCEPT"] = accept
+    response = api.client.post("/v1/ns/default/tasks/poll/a", data='{"workerId": "x"}', content_type="application/json", **headers)
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/json"
+    if status == 200:
+        assert [task["referenceTaskName"] for task in response.json()] == ["a"]
+    else:
+        assert response.json()["error"]
