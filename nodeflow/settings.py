@@ -204,7 +204,7 @@ NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)
 NODE_FLOW_PREPARED_STATEMENTS = env.bool("NODE_FLOW_PREPARED_STATEMENTS", default=True)
 # The garbage collector's thresholds in server processes (gc.set_threshold;
 # nodeflow/process.py): one to three integers, or empty for CPython's own.
-NODE_FLOW_GC_THRESHOLD = _gc_threshold(env("NODE_FLOW_GC_THRESHOLD", default="50000,20,20"))
+NODE_FLOW_GC_THRESHOLD = _gc_threshold(env("NODE_FLOW_GC_THRESHOLD", default="10000,10,10"))
 
 
 def _circuit_breaker_config(raw: str) -> dict:
