@@ -4,19 +4,19 @@ lock before changing it (parent before child, always)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import uuid
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
-from executions import executor, notify
+from executions import executor, notify, sql
 from executions.decider import task_timers
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from executions.state import FAILURE, Ending, StartChild
 from metadata import workflows
 from metadata.baking import bake
-from metadata.models import WorkflowSnapshot, WorkflowVersion
+from metadata.models import WorkflowDefinition, WorkflowSnapshot, WorkflowVersion
 from nodeflow import clock, metrics
 from nodeflow.errors import Conflict, LimitExceeded, NotFound, QuotaExceeded
 from nodeflow.models import Namespace
@@ -33,10 +33,7 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
     if version is None:
         # The hot path: one query for the published version's snapshot id;
         # the body comes from the process's cache (snapshots never change).
-        found = WorkflowVersion.objects.filter(
-            definition__namespace=namespace, definition__name=name, version=F("definition__published_version"),
-            snapshot__isnull=False,
-        ).values_list("snapshot_id", "version").first()
+        found = _published_snapshot(namespace.id, name)
         if found is not None:
             return WorkflowSnapshot(id=found[0], namespace=namespace, name=name, version=found[1],
                                     body=executor.snapshot_body(found[0]))
@@ -45,6 +42,24 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
         return row.snapshot
     body = bake(name=name, version=row.version, body=row.body, resolve=workflows.resolver(namespace))
     return WorkflowSnapshot.objects.create(namespace=namespace, name=name, version=row.version, body=body)
+
+
+@functools.cache
+def _published_snapshot_sql() -> str:
+    version, definition = sql.table(WorkflowVersion), sql.table(WorkflowDefinition)
+    return (
+        f"SELECT v.snapshot_id, v.version FROM {version} v JOIN {definition} d ON d.id = v.definition_id "
+        f"WHERE d.namespace_id = %s AND d.name = %s AND v.version = d.published_version AND v.snapshot_id IS NOT NULL"
+    )
+
+
+def _published_snapshot(namespace_id: int, name: str) -> tuple[int, int] | None:
+    """(snapshot id, version) of the published version of workflow ``name``,
+    if it has been baked: one fixed statement (the ORM compiled this join
+    anew for every start)."""
+    with sql.cursor() as cursor:
+        cursor.execute(_published_snapshot_sql(), [namespace_id, name])
+        return cursor.fetchone()
 
 
 def get_execution(*, namespace: Namespace, execution_id: uuid.UUID | str) -> Execution:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 
+from executions import sql
 from executions.models import ACTIVE_EXECUTION, Execution
 from metadata.models import WorkflowDefinition
 from nodeflow import clock
@@ -46,7 +47,14 @@ def set_quotas(*, namespace: Namespace, values: dict[str, int | None]) -> dict[s
 
 
 def _locked(namespace_id: int) -> NamespaceQuota | None:
-    return NamespaceQuota.objects.select_for_update().filter(namespace_id=namespace_id).first()
+    """The namespace's quotas, row-locked (every start reads them: one fixed
+    statement, not an ORM query compiled anew)."""
+    found = sql.rows(
+        NamespaceQuota,
+        f"SELECT {sql.columns(NamespaceQuota)} FROM {sql.table(NamespaceQuota)} WHERE namespace_id = %s{sql.for_update()}",
+        [namespace_id],
+    )
+    return found[0] if found else None
 
 
 def _refuse(quota: str, limit: int, current: int, retry_after_s: float, what: str) -> QuotaExceeded:
