@@ -25,12 +25,9 @@ Cycles are still collected: only later, and never through the frozen heap.
 from __future__ import annotations
 
 import gc
-import logging
 
 from django.conf import settings
 from django.urls import get_resolver
-
-log = logging.getLogger(__name__)
 
 
 def ready_server_process() -> None:
@@ -40,6 +37,8 @@ def ready_server_process() -> None:
 
 
 def tune_gc(threshold: tuple[int, ...]) -> None:
+    """Freeze what the process holds now out of the collector, and set its
+    thresholds (empty: keep the interpreter's)."""
     gc.collect()
     gc.freeze()
     if threshold:
