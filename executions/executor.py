@@ -29,12 +29,6 @@ from nodeflow import clock, metrics
 
 log = logging.getLogger(__name__)
 
-ROW_FIELDS = (
-    "id", "path", "ref", "type", "kind", "task_def_name", "status", "attempt", "seq", "scheduled_at",
-    "available_at", "first_scheduled_at", "optional", "policy", "queue", "started_at", "ended_at",
-    "child_execution_id",
-)
-
 
 # What deciding reads of an execution's row and of its run's task rows (and
 # what a result checks and writes). A batch of results reads only these; the
