@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from executions import notify, sql
+from executions.leases import DEFAULT_LEASE_S, lease_expiry, lease_seconds  # noqa: F401 - re-exported
 from executions.models import Task, TaskStatus
 from nodeflow import clock, metrics
 from nodeflow.models import Namespace
@@ -33,33 +34,11 @@ from quotas import controls, diagnostics
 from quotas import metrics as quota_metrics
 from quotas.gate import Gate, charge, open_gate
 
-# A task with neither a heartbeat nor a start-to-close timeout is re-delivered
-# when its worker has been silent this long.
-DEFAULT_LEASE_S = 300.0
 # Long-polls re-check the queue at least this often even without a wake-up
 # (tasks whose retry delay ends do not notify).
 LISTEN_RECHECK_S = 1.0
 # Without LISTEN/NOTIFY (SQLite, across processes) the re-check is the wake-up.
 POLL_RECHECK_S = 0.05
-
-
-def lease_seconds(policy: dict) -> float:
-    """How long a lease lasts from the moment it is taken: the heartbeat
-    timeout, capped by the start-to-close timeout; without either, the default."""
-    heartbeat = float(policy.get("heartbeatTimeout") or 0)
-    start_to_close = float(policy.get("startToCloseTimeout") or 0)
-    seconds = heartbeat or start_to_close or DEFAULT_LEASE_S
-    return min(seconds, start_to_close) if start_to_close > 0 else seconds
-
-
-def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> dt.datetime:
-    """When a lease renewed ``now`` expires: never past startedAt + startToClose."""
-    heartbeat = float(policy.get("heartbeatTimeout") or 0)
-    start_to_close = float(policy.get("startToCloseTimeout") or 0)
-    expires = now + dt.timedelta(seconds=heartbeat or start_to_close or DEFAULT_LEASE_S)
-    if start_to_close > 0:
-        expires = min(expires, started_at + dt.timedelta(seconds=start_to_close))
-    return expires
 
 
 @dataclass(frozen=True)

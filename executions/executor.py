@@ -16,10 +16,10 @@ import uuid
 from django.conf import settings
 from django.db import transaction
 
-from executions import lifecycle, notify, sql
+from executions import attempts, lifecycle, notify, runs, sql
 from executions.decider import decide
-from executions.dispatch import lease_seconds
-from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
+from executions.leases import lease_seconds
+from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task
 from executions.retry import BUDGET_WINDOW_S
 from executions.state import FAILURE, Child, Decision, Row, Snapshot
 from metadata import taskdefs
@@ -28,6 +28,9 @@ from metadata.tree import walk_tasks
 from nodeflow import clock, metrics
 
 log = logging.getLogger(__name__)
+
+# A decide request whose decision keeps failing is pushed back this far, not retried hot.
+FAILED_REQUEST_BACKOFF_S = 5.0
 
 
 # What deciding reads of an execution's row and of its run's task rows (and
@@ -46,10 +49,6 @@ DECIDING_TASK_FIELDS = (
 )
 
 
-class StaleDecision(Exception):
-    """A row changed under the decision (it should not, under the lock): retry."""
-
-
 @functools.lru_cache(maxsize=512)
 def snapshot_body(snapshot_id: int) -> dict:
     """Snapshots are immutable, so each process can keep them."""
@@ -58,42 +57,6 @@ def snapshot_body(snapshot_id: int) -> dict:
 
 def workflow_of(execution: Execution) -> dict:
     return snapshot_body(execution.snapshot_id)["workflows"][execution.workflow_key]
-
-
-def lock_execution(execution_id: uuid.UUID) -> Execution | None:
-    found = sql.rows(
-        Execution, f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id = %s{sql.for_update()}",
-        [sql.prep(Execution, "id", execution_id)],
-    )
-    return found[0] if found else None
-
-
-def lock_execution_of_task(task_id: uuid.UUID, *, namespace_id: int) -> Execution | None:
-    """Lock the execution that task ``task_id`` of the namespace belongs to
-    (None: no such task). One round trip: a task never changes execution."""
-    found = sql.rows(
-        Execution,
-        f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id = "
-        f"(SELECT execution_id FROM {sql.table(Task)} WHERE id = %s AND namespace_id = %s){sql.for_update()}",
-        [sql.prep(Task, "id", task_id), namespace_id],
-    )
-    return found[0] if found else None
-
-
-def lock_executions_of_tasks(
-    task_ids: list[uuid.UUID], *, namespace_id: int, fields: tuple[str, ...] | None = None,
-) -> dict[uuid.UUID, Execution]:
-    """Lock, in id order (no deadlocks between batches), the executions the
-    namespace's tasks ``task_ids`` belong to (reading ``fields`` of them)."""
-    if not task_ids:
-        return {}
-    tasks, params = sql.any_of(Task, "id", set(task_ids))
-    statement = (
-        f"SELECT {sql.columns(Execution, fields=fields)} FROM {sql.table(Execution)} WHERE id IN "
-        f"(SELECT execution_id FROM {sql.table(Task)} WHERE {tasks} AND namespace_id = %s) "
-        f"ORDER BY id{sql.for_update()}"
-    )
-    return {e.id: e for e in sql.rows(Execution, statement, [*params, namespace_id], fields=fields)}
 
 
 def read_run(execution: Execution, *, fields: tuple[str, ...] | None = None) -> list[Task]:
@@ -111,12 +74,12 @@ def read_runs(executions: list[Execution], *, fields: tuple[str, ...] | None = N
         return {}
     if len(executions) == 1:
         return {executions[0].id: read_run(executions[0], fields=fields)}
-    runs = {e.id: e.run for e in executions}
+    run_of = {e.id: e.run for e in executions}
     found: dict[uuid.UUID, list[Task]] = {e.id: [] for e in executions}
-    condition, params = sql.any_of(Task, "execution", runs)
+    condition, params = sql.any_of(Task, "execution", run_of)
     statement = f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE {condition} ORDER BY seq"
     for task in sql.rows(Task, statement, params, fields=fields):
-        if task.run == runs[task.execution_id]:
+        if task.run == run_of[task.execution_id]:
             found[task.execution_id].append(task)
     return found
 
@@ -214,11 +177,7 @@ def decide_new(execution: Execution) -> Decision:
     decision = decide(_new_snapshot(execution, now))
     for name, value in _execution_fields(execution, decision, now).items():
         setattr(execution, name, value)
-    if execution.idempotency_key:
-        with transaction.atomic():
-            sql.insert([execution])
-    else:
-        sql.insert([execution])
+    runs.insert(execution)
     apply(execution, decision, now, execution_fields=False)
     return decision
 
@@ -237,7 +196,7 @@ def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
 def decide_now(execution_id: uuid.UUID) -> Decision | None:
     """Lock, decide and apply, in a transaction of its own (or the caller's)."""
     with transaction.atomic():
-        execution = lock_execution(execution_id)
+        execution = runs.lock(execution_id)
         if execution is None:
             return None
         DecideRequest.objects.filter(execution_id=execution_id).delete()
@@ -292,6 +251,33 @@ def request_decision(execution_id: uuid.UUID) -> None:
     notify.decider_wakeup()
 
 
+def decide_next_request() -> bool:
+    """Claim one due decide request (SKIP LOCKED), decide its execution and
+    delete the request in the same transaction; False when none is due. A
+    decision that raises pushes its request back FAILED_REQUEST_BACKOFF_S
+    (logged), instead of retrying it hot."""
+    now = clock.now()
+    execution_id = None
+    try:
+        with transaction.atomic():
+            request = DecideRequest.objects.filter(due_at__lte=now).order_by("due_at").select_for_update(
+                skip_locked=True).first()
+            if request is None:
+                return False
+            execution_id = request.execution_id
+            execution = runs.lock(execution_id)
+            DecideRequest.objects.filter(pk=execution_id).delete()
+            if execution is not None:
+                decide_locked(execution)
+    except Exception:
+        if execution_id is None:
+            raise
+        log.exception("deciding %s failed; retrying in %s s", execution_id, FAILED_REQUEST_BACKOFF_S)
+        DecideRequest.objects.filter(execution_id=execution_id).update(
+            due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S))
+    return True
+
+
 # --- applying -------------------------------------------------------------
 
 def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) -> None:
@@ -305,25 +291,23 @@ def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) ->
     # updated by one statement per distinct change.
     groups: dict[tuple, tuple[dict, list[uuid.UUID]]] = {}
     for execution, decision in decisions:
-        _update_rows(decision.updated, now)
+        attempts.apply_decided(decision.updated, now)
         updates = _execution_fields(execution, decision, now)
         for name, value in updates.items():
             setattr(execution, name, value)
         if updates:
             key = sql.same_values_key(updates)
             groups.setdefault(key, (updates, []))[1].append(execution.id)
-    Timer.objects.bulk_create([
-        Timer(kind=t.kind, execution_id=e.id, task_id=t.task_id, due_at=t.due_at) for e, d in decisions for t in d.timers
-    ])
+    runs.arm_many((e.id, t) for e, d in decisions for t in d.timers)
     for updates, ids in groups.values():
-        sql.update(Execution, values={**updates, "updated_at": now}, where={"id": ids})
+        runs.update_many(ids, updates, now=now)
     for execution, decision in decisions:
         _follow_up(execution, decision)
     _notify_ready(decisions)
 
 
 def _insert_rows_of(decisions: list[tuple[Execution, Decision]]) -> None:
-    sql.insert(_task_of(e, row) for e, d in decisions for row in d.created)
+    attempts.insert(_task_of(e, row) for e, d in decisions for row in d.created)
 
 
 def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
@@ -333,17 +317,12 @@ def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
 
 
 def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> None:
-    sql.insert(_task_of(execution, row) for row in decision.created)
-    _update_rows(decision.updated, now)
-    if decision.timers:
-        Timer.objects.bulk_create(
-            [Timer(kind=t.kind, execution_id=execution.id, task_id=t.task_id, due_at=t.due_at) for t in decision.timers]
-        )
+    attempts.insert(_task_of(execution, row) for row in decision.created)
+    attempts.apply_decided(decision.updated, now)
+    runs.arm(execution.id, decision.timers)
     fields = _execution_fields(execution, decision, now) if execution_fields else {}
     if fields:
-        for name, value in fields.items():
-            setattr(execution, name, value)
-        sql.update(Execution, values={**fields, "updated_at": now}, where={"id": execution.id})
+        runs.update(execution, fields, now=now)
     _follow_up(execution, decision)
     _notify_ready([(execution, decision)])
 
@@ -393,15 +372,3 @@ def idempotency_key(execution: Execution, path: str) -> str:
     """One key per logical task: the same for every attempt and re-delivery."""
     run = f"/{execution.run}" if execution.run > 1 else ""
     return f"{execution.id}{run}:{path}"
-
-
-def _update_rows(rows: list[Row], now: dt.datetime) -> None:
-    for row in rows:
-        values = dict(status=row.status, output=row.output, reason_for_incompletion=row.reason,
-                      started_at=row.started_at, ended_at=row.ended_at, lease_token=None)
-        if row.status == "CANCELED":
-            # A poll may have leased it since it was read: cancel it either way.
-            Task.objects.filter(pk=row.id, status__in=("SCHEDULED", "IN_PROGRESS")).update(**values)
-            continue
-        if not sql.update(Task, values=values, where={"id": row.id, "status": row.read_status}):
-            raise StaleDecision(f"task {row.id} changed under the decision")

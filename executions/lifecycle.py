@@ -10,14 +10,14 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from executions import executor, notify, sql
+from executions import attempts, executor, runs, sql
 from executions.decider import task_timers
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from executions.state import FAILURE, Ending, StartChild
 from metadata import workflows
 from metadata.baking import bake
 from metadata.models import WorkflowDefinition, WorkflowSnapshot, WorkflowVersion
-from nodeflow import clock, metrics
+from nodeflow import clock
 from nodeflow.errors import Conflict, LimitExceeded, NotFound, QuotaExceeded
 from nodeflow.models import Namespace
 from quotas import admission, starts
@@ -132,15 +132,15 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution:
     name, _, version = request.workflow_key.rpartition("@")
     workflow = executor.snapshot_body(parent.snapshot_id)["workflows"][request.workflow_key]
     now = clock.now()
-    child = Execution.objects.create(
+    child = Execution(
         namespace_id=parent.namespace_id, name=name, version=int(version), snapshot_id=parent.snapshot_id,
         workflow_key=request.workflow_key, input=request.input, variables=dict(workflow.get("variables") or {}),
         correlation_id=parent.correlation_id, priority=parent.priority, parent_execution_id=parent.id,
         parent_task_id=request.task_id, path_prefix=request.path_prefix, depth=parent.depth + 1,
         deadline=parent.deadline, created_at=now, started_at=now,
     )
-    Task.objects.filter(pk=request.task_id).update(child_execution_id=child.id)
-    executor.decide_locked(child)
+    executor.decide_new(child)
+    attempts.link_child(request.task_id, child_id=child.id)
     return child
 
 
@@ -181,10 +181,7 @@ def end_execution(execution: Execution, *, status: str, reason: str) -> None:
     """End a locked, active execution from outside the decider (terminate, the
     workflow timeout): cancel its open tasks and its children, then follow up."""
     now = clock.now()
-    Execution.objects.filter(pk=execution.id).update(
-        status=status, reason_for_incompletion=reason, ended_at=now, updated_at=now
-    )
-    execution.status, execution.reason_for_incompletion, execution.ended_at = status, reason, now
+    runs.end(execution, status=status, reason=reason, now=now)
     cancel_open_tasks(execution, reason=f"execution {status.lower()}: {reason}")
     children = Execution.objects.filter(parent_execution_id=execution.id, status__in=ACTIVE_EXECUTION)
     for child_id in children.values_list("id", flat=True):
@@ -193,19 +190,14 @@ def end_execution(execution: Execution, *, status: str, reason: str) -> None:
 
 
 def cancel_open_tasks(execution: Execution, *, reason: str) -> int:
-    now = clock.now()
-    open_tasks = Task.objects.filter(
-        execution_id=execution.id, run=execution.run, status__in=(TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS)
-    )
-    metrics.record_canceled(open_tasks)  # the execution is locked: the same rows are updated next
-    return open_tasks.update(status=TaskStatus.CANCELED, reason_for_incompletion=reason, ended_at=now, lease_token=None)
+    return attempts.cancel_open(execution_id=execution.id, run=execution.run, reason=reason, now=clock.now())
 
 
 def terminate_execution(*, execution_id: uuid.UUID, reason: str = "", cascade_from_parent: bool = False) -> Execution:
     """Terminate: cancel every open task and every child. A worker holding a
     canceled task learns it from the 409 on its next heartbeat or result."""
     with transaction.atomic():
-        execution = executor.lock_execution(execution_id)
+        execution = runs.lock(execution_id)
         if execution is None:
             raise NotFound(f"execution '{execution_id}' does not exist")
         if execution.status not in ACTIVE_EXECUTION:
@@ -220,22 +212,16 @@ def pause_execution(*, execution_id: uuid.UUID) -> Execution:
     """No new task is scheduled or dispatched until resume; running ones finish."""
     with transaction.atomic():
         execution = _locked_in(execution_id, (ExecutionStatus.RUNNING,), "pause")
-        Execution.objects.filter(pk=execution.id).update(status=ExecutionStatus.PAUSED, updated_at=clock.now())
-        Task.objects.filter(execution_id=execution.id, status=TaskStatus.SCHEDULED).update(held=True)
-        execution.status = ExecutionStatus.PAUSED
+        runs.set_status(execution, status=ExecutionStatus.PAUSED, was=ExecutionStatus.RUNNING, now=clock.now())
+        attempts.hold_scheduled(execution_id=execution.id)
         return execution
 
 
 def resume_execution(*, execution_id: uuid.UUID) -> Execution:
     with transaction.atomic():
         execution = _locked_in(execution_id, (ExecutionStatus.PAUSED,), "resume")
-        Execution.objects.filter(pk=execution.id).update(status=ExecutionStatus.RUNNING, updated_at=clock.now())
-        execution.status = ExecutionStatus.RUNNING
-        held = Task.objects.filter(execution_id=execution.id, held=True)
-        queues = set(held.exclude(queue=None).values_list("queue", "kind"))
-        held.update(held=False)
-        for queue, kind in queues:
-            notify.task_ready(execution.namespace_id, queue, kind)
+        runs.set_status(execution, status=ExecutionStatus.RUNNING, was=ExecutionStatus.PAUSED, now=clock.now())
+        attempts.release_held(execution_id=execution.id)
         executor.decide_locked(execution)
         return execution
 
@@ -332,7 +318,7 @@ def restart_execution(*, execution_id: uuid.UUID) -> Execution:
 
 
 def _locked_in(execution_id: uuid.UUID, statuses: tuple, verb: str) -> Execution:
-    execution = executor.lock_execution(execution_id)
+    execution = runs.lock(execution_id)
     if execution is None:
         raise NotFound(f"execution '{execution_id}' does not exist")
     if execution.status not in statuses:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 
+from executions import attempts, runs
 from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
 from nodeflow import clock
 from nodeflow.models import Namespace
@@ -201,10 +202,10 @@ def _delete(ids: list[uuid.UUID]) -> None:
     # Dependents first, by execution id: one statement per table, no rows
     # loaded. The execution delete then finds nothing left to cascade to.
     SemaphoreHolder.objects.filter(task__execution_id__in=ids).delete()
-    for model in (Timer, Message, DecideRequest, Admission):
+    for model in (Message, DecideRequest, Admission):
         model.objects.filter(execution_id__in=ids).delete()
-    Task.objects.filter(execution_id__in=ids).only("pk").delete()
-    Execution.objects.filter(pk__in=ids).only("pk").delete()
+    attempts.purge(execution_ids=ids)
+    runs.purge(execution_ids=ids)
 
 
 # --- the archive --------------------------------------------------------------

@@ -16,16 +16,12 @@ from typing import Any
 
 from django.db import transaction
 
-from executions import executor, sql
-from executions.dispatch import lease_expiry
+from executions import attempts, executor, runs, sql
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
-from nodeflow import clock, metrics
+from nodeflow import clock
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
-from quotas import gate
 
-MAX_LOG_ENTRIES = 200
-FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.FAILED_WITH_TERMINAL_ERROR)
 
 
 @dataclass
@@ -58,53 +54,21 @@ def _check(task: Task, result: Result, *, human: bool) -> None:
         raise _stale(task)
 
 
-def _fields(task: Task, result: Result, now: dt.datetime, *, paused: bool) -> tuple[dict[str, Any], bool]:
-    """The columns a checked result sets, and whether the execution should be
-    decided. ``paused``: the execution is paused, so a task put back is held."""
-    # A result's outputData replaces the task's output (heartbeat progress included).
-    fields: dict[str, Any] = {"output": result.output}
-    if result.logs:
-        fields["logs"] = (task.logs + [{"at": now.isoformat(), "log": str(line)} for line in result.logs])[-MAX_LOG_ENTRIES:]
-    if result.status != TaskStatus.IN_PROGRESS:
-        fields.update(status=result.status, reason_for_incompletion=result.reason, ended_at=now,
-                      lease_token=None, lease_expires_at=None)
-        return fields, True
-    if result.callback_after_s > 0:
-        # "Not done; offer it again later": back to the queue, same attempt.
-        fields.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
-                      available_at=now + dt.timedelta(seconds=result.callback_after_s), held=paused)
-    else:
-        fields.update(lease_expires_at=lease_expiry(task.policy, started_at=task.started_at or now, now=now),
-                      last_heartbeat_at=now)
-    return fields, False
+def _values(task: Task, result: Result, now: dt.datetime, *, paused: bool) -> dict[str, Any]:
+    return attempts.result_values(task, status=result.status, output=result.output, reason=result.reason,
+                                  callback_after_s=result.callback_after_s, logs=result.logs, now=now, paused=paused)
 
 
-def _write(task: Task, result: Result, now: dt.datetime, *, human: bool, paused: bool = False) -> bool:
-    """Apply one checked result; True if the execution should be decided."""
-    fields, decide = _fields(task, result, now, paused=paused)
-    where = {"id": task.id, "status": TaskStatus.IN_PROGRESS}
-    if not human:
-        where["lease_token"] = result.lease_token
-    if not sql.update(Task, values=fields, where=where):
-        raise _stale(task)
-    _wake_if_freed(task, fields)
-    metrics.record_task_end(task, fields.get("status"))
-    for name, value in fields.items():
-        setattr(task, name, value)
-    return decide
-
-
-def _wake_if_freed(task: Task, fields: dict[str, Any]) -> None:
-    """A worker task leaving IN_PROGRESS frees a slot or permits of its queue:
-    drop its permits and wake that queue's waiting pollers when this commits."""
-    if task.kind == "worker" and fields.get("status", TaskStatus.IN_PROGRESS) != TaskStatus.IN_PROGRESS:
-        gate.task_left(namespace_id=task.namespace_id, queue=task.queue, task_id=task.id)
+def _ends(result: Result) -> bool:
+    """Whether the result, if it stands, takes its task out of IN_PROGRESS
+    for good, so its execution is decided."""
+    return result.status != TaskStatus.IN_PROGRESS
 
 
 def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
     """Apply one result (and the decision it causes)."""
     with transaction.atomic():
-        execution = executor.lock_execution_of_task(result.task_id, namespace_id=namespace.id)
+        execution = runs.lock_of_task(result.task_id, namespace_id=namespace.id)
         if execution is None:
             raise NotFound(f"task '{result.task_id}' does not exist")
         # Read under the lock. A result that will be decided reads the whole
@@ -114,15 +78,17 @@ def report_result(*, namespace: Namespace, result: Result, human: bool = False) 
         if task is None:  # deleted (a purge) since the lock query found it
             raise NotFound(f"task '{result.task_id}' does not exist")
         _check(task, result, human=human)
-        paused = execution.status == ExecutionStatus.PAUSED
-        if _write(task, result, clock.now(), human=human, paused=paused) and execution.status == ExecutionStatus.RUNNING:
+        values = _values(task, result, clock.now(), paused=execution.status == ExecutionStatus.PAUSED)
+        if not attempts.record_result(task, values, lease_token=None if human else result.lease_token):
+            raise _stale(task)
+        if _ends(result) and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution, tasks=run or None)
         return task
 
 
 def _decides(result: Result, execution: Execution) -> bool:
     """Whether this result, if it stands, has its execution decided."""
-    return result.status != TaskStatus.IN_PROGRESS and executor.decidable(execution)
+    return _ends(result) and executor.decidable(execution)
 
 
 def _read_task(task_id: uuid.UUID) -> Task | None:
@@ -138,36 +104,29 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
     statement."""
     answers: list[dict] = []
     with transaction.atomic():
-        locked = executor.lock_executions_of_tasks(
+        locked = runs.lock_of_tasks(
             [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS,
         )
         # Read under the locks. When any result may be decided, the runs of
         # the executions that can be are read whole, once: the decider gets
         # these rows, with the writes applied.
-        runs = {}
+        run_rows: dict = {}
         if any(r.status != TaskStatus.IN_PROGRESS for r in results):
-            runs = executor.read_runs(
+            run_rows = executor.read_runs(
                 [e for e in locked.values() if executor.decidable(e)], fields=executor.DECIDING_TASK_FIELDS,
             )
-        tasks = {t.id: t for run in runs.values() for t in run}
+        tasks = {t.id: t for run in run_rows.values() for t in run}
         tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))
         # Only tasks whose execution this transaction holds (one that appeared
         # after the lock statement is answered 404, as it was then).
         tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
-        owners = {t.id: t.execution_id for t in tasks.values()}
-        writes: dict[tuple[str, tuple], tuple[dict, list[uuid.UUID]]] = {}
+        planned: list[tuple[Task, dict, str]] = []
         touched: dict[uuid.UUID, Execution] = {}
-        ended: list[tuple[Task, str | None]] = []  # (task, status), counted once for the batch
         now = clock.now()
         for result in results:
-            answers.append(_plan_one(result, tasks.get(result.task_id), locked, owners, writes, touched, ended, now))
-        metrics.record_task_ends(ended)
-        for (token, _), (fields, ids) in writes.items():
-            # Every row was checked under its execution's lock, and nothing
-            # changes an IN_PROGRESS row's status or token without that lock.
-            if sql.update(Task, values=fields, where={"id": ids, "status": TaskStatus.IN_PROGRESS, "lease_token": token}) != len(ids):
-                raise RuntimeError("task rows changed under their executions' locks")
-        executor.decide_many(list(touched.values()), tasks=runs)
+            answers.append(_plan_one(result, tasks.get(result.task_id), locked, planned, touched, now))
+        attempts.record_results(planned)
+        executor.decide_many(list(touched.values()), tasks=run_rows)
     return answers
 
 
@@ -179,25 +138,21 @@ def _read_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UU
     return {t.id: t for t in sql.rows(Task, statement, [*params, namespace_id])}
 
 
-def _plan_one(result, task, locked, owners, writes, touched, ended, now) -> dict:
+def _plan_one(result, task, locked, planned, touched, now) -> dict:
     if task is None:
         return {"taskId": str(result.task_id), "status": 404, "error": "NOT_FOUND"}
     try:
         _check(task, result, human=False)
     except ApiError as exc:
         return {"taskId": str(result.task_id), "status": exc.status_code, "error": exc.error, "message": exc.message}
-    execution = locked[owners[task.id]]
-    fields, decide = _fields(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
-    key = (result.lease_token, sql.same_values_key(fields))
-    writes.setdefault(key, (fields, []))[1].append(task.id)
-    _wake_if_freed(task, fields)
-    ended.append((task, fields.get("status")))
-    if decide:
+    execution = locked[task.execution_id]
+    values = _values(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
+    # The same task twice in one batch gets 409 the second time: the first
+    # is checked against the row as it will be written.
+    planned.append((task, values, result.lease_token))
+    if _ends(result):
         touched[execution.id] = execution
-    # As written: the decider reads these rows, and the same task twice in
-    # one batch gets 409 the second time.
-    for name, value in fields.items():
-        setattr(task, name, value)
+    task.status, task.lease_token = values.get("status", task.status), values.get("lease_token", task.lease_token)
     return {"taskId": str(result.task_id), "status": 200}
 
 
@@ -208,14 +163,6 @@ def heartbeat(*, namespace: Namespace, task_id: uuid.UUID, lease_token: str, pro
         raise NotFound(f"task '{task_id}' does not exist")
     if task.status != TaskStatus.IN_PROGRESS or task.lease_token != lease_token:
         raise _stale(task)
-    now = clock.now()
-    fields: dict[str, Any] = {
-        "lease_expires_at": lease_expiry(task.policy, started_at=task.started_at or now, now=now),
-        "last_heartbeat_at": now,
-    }
-    if progress is not None:
-        fields["output"] = {**task.output, "progress": progress}
-    if not Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS, lease_token=lease_token).update(**fields):
+    if not attempts.renew(task, lease_token=lease_token, now=clock.now(), progress=progress):
         raise _stale(Task.objects.get(pk=task_id))
-    task.lease_expires_at = fields["lease_expires_at"]
     return task

@@ -14,14 +14,13 @@ import random
 
 from django.db import transaction
 
-from executions import executor, lifecycle, notify
+from executions import attempts, executor, lifecycle, runs
 from executions.decider import deadline_reason
-from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
+from executions.models import ACTIVE_EXECUTION, OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from nodeflow import clock, metrics
 
 log = logging.getLogger(__name__)
 
-OPEN = (TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS)
 LEASE_CANDIDATES = 20
 # A timer whose handler raised is tried again this much later, not hot.
 FAILED_TIMER_BACKOFF_S = 5.0
@@ -31,12 +30,10 @@ def fire_next_timer() -> bool:
     """Fire one due timer; False when none is due."""
     now = clock.now()
     with transaction.atomic():
-        timer = (
-            Timer.objects.filter(due_at__lte=now).order_by("due_at").select_for_update(skip_locked=True).first()
-        )
+        timer = runs.claim_due_timer(now)
         if timer is None:
             return False
-        execution = executor.lock_execution(timer.execution_id)
+        execution = runs.lock(timer.execution_id)
         if execution is not None and execution.status in ACTIVE_EXECUTION:
             try:
                 with transaction.atomic():  # a savepoint: a failing handler leaves nothing half-done
@@ -44,9 +41,9 @@ def fire_next_timer() -> bool:
             except Exception:  # noqa: BLE001 - one bad timer must not block the ones behind it
                 log.exception("timer %s (%s) of %s failed; trying again in %s s",
                               timer.id, timer.kind, timer.execution_id, FAILED_TIMER_BACKOFF_S)
-                Timer.objects.filter(pk=timer.pk).update(due_at=now + dt.timedelta(seconds=FAILED_TIMER_BACKOFF_S))
+                runs.postpone_timer(timer, due_at=now + dt.timedelta(seconds=FAILED_TIMER_BACKOFF_S))
                 return True
-        timer.delete()
+        runs.drop_timer(timer)
     return True
 
 
@@ -56,10 +53,7 @@ def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime, 
     if policy == "ALERT_ONLY":
         log.warning("ALERT_ONLY: task %s of %s: %s", task.path, execution.id, reason)
         return
-    ended = Task.objects.filter(pk=task.id, status__in=OPEN).update(
-        status=TaskStatus.TIMED_OUT, reason_for_incompletion=reason, ended_at=now, lease_token=None
-    )
-    metrics.record_task_end(task, TaskStatus.TIMED_OUT, ended)
+    attempts.time_out(task, reason=reason, now=now)
     if task.child_execution_id:
         lifecycle.terminate_execution(execution_id=task.child_execution_id, reason=reason, cascade_from_parent=True)
     if execution.status == ExecutionStatus.RUNNING:
@@ -100,8 +94,8 @@ def _schedule_to_start(execution: Execution, timer: Timer, now: dt.datetime) -> 
     if task.held:
         # Paused: no worker could take it. Count again from now instead of
         # timing out a task the operator held back.
-        Timer.objects.create(kind=TimerKind.SCHEDULE_TO_START, execution_id=execution.id, task_id=task.id,
-                             due_at=now + dt.timedelta(seconds=seconds))
+        runs.arm_one(kind=TimerKind.SCHEDULE_TO_START, execution_id=execution.id, task_id=task.id,
+                     due_at=now + dt.timedelta(seconds=seconds))
         return
     _timed_out(execution, task, f"scheduleToStartTimeout ({seconds:g} s): no worker picked the task up", now,
                timeout="scheduleToStart")
@@ -113,17 +107,14 @@ def _task_total(execution: Execution, timer: Timer, now: dt.datetime) -> None:
         return
     latest = Task.objects.filter(execution_id=execution.id, run=first.run, path=first.path).order_by("-attempt").first()
     # A manual retry starts a new budget with a timer of its own.
-    if latest is not None and latest.status in OPEN and latest.first_scheduled_at == first.first_scheduled_at:
+    if latest is not None and latest.status in OPEN_TASK and latest.first_scheduled_at == first.first_scheduled_at:
         seconds = float(latest.policy.get("timeoutSeconds") or 0)
         _timed_out(execution, latest, f"timeoutSeconds ({seconds:g} s) over all attempts exceeded", now, timeout="total")
 
 
 def _wait(execution: Execution, timer: Timer, now: dt.datetime) -> None:
-    updated = Task.objects.filter(pk=timer.task_id, status=TaskStatus.IN_PROGRESS).update(
-        status=TaskStatus.COMPLETED, ended_at=now
-    )
-    metrics.record_type_end("WAIT", TaskStatus.COMPLETED, updated)  # WAIT timers belong to WAIT tasks
-    if updated and execution.status == ExecutionStatus.RUNNING:
+    # WAIT timers belong to WAIT tasks.
+    if attempts.complete_waiting(timer.task_id, type_="WAIT", now=now) and execution.status == ExecutionStatus.RUNNING:
         executor.decide_or_defer(execution)
 
 
@@ -156,7 +147,7 @@ def expire_next_lease() -> bool:
     # Several sweepers spread over the candidates instead of queueing on one.
     task_id, execution_id = random.choice(candidates)
     with transaction.atomic():
-        execution = executor.lock_execution(execution_id)
+        execution = runs.lock(execution_id)
         task = Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS, lease_expires_at__lte=now).first()
         if execution is not None and task is not None:
             _expired(execution, task, now)
@@ -174,22 +165,10 @@ def _expired(execution: Execution, task: Task, now: dt.datetime) -> None:
         since = task.last_heartbeat_at.isoformat() if task.last_heartbeat_at else "the start"
         timeout, reason = "heartbeat", f"heartbeatTimeout ({heartbeat:g} s): no heartbeat since {since}"
     else:
-        _redeliver(execution, task)
+        attempts.redeliver(task, now=now, held=execution.status == ExecutionStatus.PAUSED)
         return
     if policy.get("timeoutPolicy") == "ALERT_ONLY":
         # The attempt runs on; the lease is renewed so the alert repeats once
         # per period instead of at every sweep.
-        Task.objects.filter(pk=task.id).update(
-            lease_expires_at=now + dt.timedelta(seconds=heartbeat or start_to_close or 60)
-        )
+        attempts.extend_alerting(task, until=now + dt.timedelta(seconds=heartbeat or start_to_close or 60))
     _timed_out(execution, task, reason, now, timeout=timeout)
-
-
-def _redeliver(execution: Execution, task: Task) -> None:
-    """The worker went silent and no timeout applies: offer the same attempt
-    again (same idempotency key; the old lease token is void)."""
-    Task.objects.filter(pk=task.id, status=TaskStatus.IN_PROGRESS).update(
-        status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None, available_at=clock.now(),
-        held=execution.status == ExecutionStatus.PAUSED,
-    )
-    notify.task_ready(execution.namespace_id, task.queue, task.kind)

@@ -7,8 +7,8 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from executions import executor, lifecycle
-from executions.models import Execution, Message
+from executions import executor, lifecycle, waiting
+from executions.models import Execution
 from executions.pagination import paginate
 from executions.serializers import (
     ListExecutionsSerializer,
@@ -16,7 +16,6 @@ from executions.serializers import (
     StartExecutionSerializer,
     execution_view,
 )
-from nodeflow import clock
 from nodeflow.auth import Scope
 from nodeflow.errors import Conflict
 from nodeflow.views import NamespacedView
@@ -160,9 +159,5 @@ class MessagesView(NamespacedView):
         execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
         if not execution.active:
             raise Conflict(f"execution is {execution.status}; it takes no more messages")
-        with transaction.atomic():
-            execution = executor.lock_execution(execution.id)
-            message = Message.objects.create(execution=execution, payload=request.data, created_at=clock.now())
-            if execution.status == "RUNNING":
-                executor.decide_or_defer(execution)
+        message = waiting.post_message(execution_id=execution.id, payload=request.data)
         return Response({"id": message.id}, status=status.HTTP_201_CREATED)

@@ -1,8 +1,8 @@
-"""Waiting tasks completed from outside: inbound webhooks (WAIT_FOR_WEBHOOK).
+"""Waiting tasks completed from outside: inbound webhooks (WAIT_FOR_WEBHOOK)
+and messages posted to an execution (PULL_WORKFLOW_MESSAGES).
 
 HUMAN tasks complete through the result route without a lease (see
-``executions.results``); PULL_WORKFLOW_MESSAGES through posted messages; WAIT
-through its timer.
+``executions.results``); WAIT through its timer.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 from django.db import transaction
 
-from executions import executor
-from executions.models import ExecutionStatus, Task, TaskStatus
+from executions import attempts, executor, runs
+from executions.models import ExecutionStatus, Message, Task, TaskStatus
 from metadata.expressions import ExpressionError, parse_path
-from nodeflow import clock, metrics
+from nodeflow import clock
 from nodeflow.models import Namespace
 
 
@@ -67,11 +67,19 @@ def deliver_webhook(*, namespace: Namespace, name: str, body: dict[str, Any]) ->
 
 def _complete(task_id: uuid.UUID, execution_id: uuid.UUID, body: dict) -> bool:
     with transaction.atomic():
-        execution = executor.lock_execution(execution_id)
-        updated = Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS).update(
-            status=TaskStatus.COMPLETED, output=body, ended_at=clock.now()
-        )
-        metrics.record_type_end("WAIT_FOR_WEBHOOK", TaskStatus.COMPLETED, updated)
+        execution = runs.lock(execution_id)
+        updated = attempts.complete_waiting(task_id, type_="WAIT_FOR_WEBHOOK", now=clock.now(), output=body)
         if updated and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution)
-        return bool(updated)
+        return updated
+
+
+def post_message(*, execution_id: uuid.UUID, payload: Any) -> Message:
+    """Store a message for the execution's PULL_WORKFLOW_MESSAGES tasks and
+    decide it (a waiting pull may complete)."""
+    with transaction.atomic():
+        execution = runs.lock(execution_id)
+        message = Message.objects.create(execution=execution, payload=payload, created_at=clock.now())
+        if execution.status == ExecutionStatus.RUNNING:
+            executor.decide_or_defer(execution)
+    return message
