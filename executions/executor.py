@@ -19,11 +19,11 @@ from django.db import transaction
 from executions import attempts, lifecycle, notify, runs, sql
 from executions.decider import decide
 from executions.leases import lease_seconds
+from executions.snapshots import snapshot_body, workflow_of
 from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task
 from executions.retry import BUDGET_WINDOW_S
 from executions.state import FAILURE, Child, Decision, Row, Snapshot
 from metadata import taskdefs
-from metadata.models import WorkflowSnapshot
 from metadata.tree import walk_tasks
 from nodeflow import clock, metrics
 
@@ -47,16 +47,6 @@ DECIDING_TASK_FIELDS = (
     "optional", "attempt", "policy", "input", "output", "reason_for_incompletion", "scheduled_at", "available_at",
     "started_at", "ended_at", "first_scheduled_at", "lease_token", "child_execution_id", "logs",
 )
-
-
-@functools.lru_cache(maxsize=512)
-def snapshot_body(snapshot_id: int) -> dict:
-    """Snapshots are immutable, so each process can keep them."""
-    return WorkflowSnapshot.objects.values_list("body", flat=True).get(pk=snapshot_id)
-
-
-def workflow_of(execution: Execution) -> dict:
-    return snapshot_body(execution.snapshot_id)["workflows"][execution.workflow_key]
 
 
 def read_run(execution: Execution, *, fields: tuple[str, ...] | None = None) -> list[Task]:

@@ -4,62 +4,23 @@ lock before changing it (parent before child, always)."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import uuid
 
 from django.db import IntegrityError, transaction
 
-from executions import attempts, executor, runs, sql
+from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from executions.state import FAILURE, Ending, StartChild
-from metadata import workflows
-from metadata.baking import bake
-from metadata.models import WorkflowDefinition, WorkflowSnapshot, WorkflowVersion
 from nodeflow import clock
-from nodeflow.errors import Conflict, LimitExceeded, NotFound, QuotaExceeded
+from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
 from quotas import admission, starts
 
 log = logging.getLogger(__name__)
 
 ENDED = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT, ExecutionStatus.TERMINATED)
-
-
-def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> WorkflowSnapshot:
-    """The snapshot an execution of ``name`` runs: the published bake, or for a
-    named version its last bake (a never-published draft is baked now)."""
-    if version is None:
-        # The hot path: one query for the published version's snapshot id;
-        # the body comes from the process's cache (snapshots never change).
-        found = _published_snapshot(namespace.id, name)
-        if found is not None:
-            return WorkflowSnapshot(id=found[0], namespace=namespace, name=name, version=found[1],
-                                    body=executor.snapshot_body(found[0]))
-    row = workflows.get_version(namespace=namespace, name=name, version=version)
-    if row.snapshot_id is not None:
-        return row.snapshot
-    body = bake(name=name, version=row.version, body=row.body, resolve=workflows.resolver(namespace))
-    return WorkflowSnapshot.objects.create(namespace=namespace, name=name, version=row.version, body=body)
-
-
-@functools.cache
-def _published_snapshot_sql() -> str:
-    version, definition = sql.table(WorkflowVersion), sql.table(WorkflowDefinition)
-    return (
-        f"SELECT v.snapshot_id, v.version FROM {version} v JOIN {definition} d ON d.id = v.definition_id "
-        f"WHERE d.namespace_id = %s AND d.name = %s AND v.version = d.published_version AND v.snapshot_id IS NOT NULL"
-    )
-
-
-def _published_snapshot(namespace_id: int, name: str) -> tuple[int, int] | None:
-    """(snapshot id, version) of the published version of workflow ``name``,
-    if it has been baked: one fixed statement (the ORM compiled this join
-    anew for every start)."""
-    with sql.cursor() as cursor:
-        cursor.execute(_published_snapshot_sql(), [namespace_id, name])
-        return cursor.fetchone()
 
 
 def get_execution(*, namespace: Namespace, execution_id: uuid.UUID | str) -> Execution:
@@ -77,19 +38,22 @@ def get_execution(*, namespace: Namespace, execution_id: uuid.UUID | str) -> Exe
 def start_execution(
     *, namespace: Namespace, name: str, version: int | None = None, input: dict | None = None,
     correlation_id: str | None = None, idempotency_key: str | None = None, priority: int = 0,
+    hold: bool = False,
 ) -> tuple[Execution, bool]:
     """Start an execution and make its first decision, in one transaction.
     The controls on starts come first (quotas.starts): a namespace quota or
     maxConcurrentExecutions refuses it (429) before any row exists; a start
     past its admission key's limit is inserted awaiting admission, with no
-    decision. Returns (execution, created); the same idempotency key gives
-    the same one."""
+    decision. ``hold``: a start the engine makes itself (a failure
+    workflow), which is never refused: where a control would refuse it, it
+    is inserted awaiting admission, held in line. Returns (execution,
+    created); the same idempotency key gives the same one."""
     with transaction.atomic():
         if idempotency_key:
             existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
             if existing is not None:
                 return existing, False
-        snapshot = snapshot_for(namespace=namespace, name=name, version=version)
+        snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
         key = snapshot.body["root"]
         workflow = snapshot.body["workflows"][key]
         now = clock.now()
@@ -99,7 +63,7 @@ def start_execution(
             correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
             created_at=now, started_at=now,
         )
-        admitted = starts.check_start(execution=execution, workflow=workflow, now=now)
+        admitted = starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
         try:
             if admitted is False:
                 _insert_undecided(execution)
@@ -119,11 +83,7 @@ def _insert_undecided(execution: Execution) -> None:
     """Insert an execution that awaits admission: its first decision (which
     arms its timeout) waits until it is admitted. In a savepoint when it has
     an idempotency key, like executor.decide_new."""
-    if execution.idempotency_key:
-        with transaction.atomic():
-            execution.save(force_insert=True)
-    else:
-        execution.save(force_insert=True)
+    runs.insert(execution)
 
 
 def start_child(*, parent: Execution, request: StartChild) -> Execution:
@@ -145,19 +105,26 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution:
 
 
 def after_end(execution: Execution, ending: Ending) -> None:
-    """What follows an execution's end: its parent re-decides, a failed or
-    timed-out run starts its failureWorkflow, and a run holding an admission
-    slot hands it to the next in line (after the failure workflow's start,
-    which may lock a quota row: the lock order of every start)."""
+    """What follows an execution's end: its parent re-decides; a root's end
+    may make room for held starts, which go first (quotas.starts); a failed
+    or timed-out run starts its failureWorkflow; and a run holding an
+    admission slot hands it to the next in line. In that order: the lock
+    order of every start (quota row, definition, bucket)."""
     if execution.parent_execution_id:
         executor.request_decision(execution.parent_execution_id)
+    else:
+        starts.after_root_end(execution, now=clock.now())
     if ending.status in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT):
         _start_failure_workflow(execution, ending)
     admission.release(execution)
 
 
 def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
-    name = executor.workflow_of(execution).get("failureWorkflow")
+    """Start the failed run's failureWorkflow, as a root run. It is never
+    refused: a control that would refuse it holds it in line instead
+    (``hold``), so the failed run's end commits and the start still
+    happens, once the control allows it."""
+    name = snapshots.workflow_of(execution).get("failureWorkflow")
     if not name:
         return
     namespace = Namespace.objects.get(pk=execution.namespace_id)
@@ -169,12 +136,9 @@ def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
     try:
         with transaction.atomic():
             start_execution(namespace=namespace, name=name, input=payload, correlation_id=execution.correlation_id,
-                            idempotency_key=f"failure:{execution.id}:{execution.run}")
+                            idempotency_key=f"failure:{execution.id}:{execution.run}", hold=True)
     except NotFound:
         log.warning("failureWorkflow %s of execution %s does not exist", name, execution.id)
-    except (LimitExceeded, QuotaExceeded) as exc:
-        # A control refused it: the failed run's end must still commit.
-        log.warning("failureWorkflow %s of execution %s refused: %s", name, execution.id, exc.message)
 
 
 def end_execution(execution: Execution, *, status: str, reason: str) -> None:
