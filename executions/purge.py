@@ -136,7 +136,7 @@ def _run_batch(
         if ids and not dry_run:
             if archive_dir is not None:
                 write_archive(archive_dir / f"executions-{name}.jsonl.gz", ids)
-            _delete(ids)
+            delete_executions(ids)
         return _Batch(last_root=roots[-1], purged=len(ids))
 
 
@@ -198,7 +198,8 @@ def _skip_claimed(trees: dict[uuid.UUID, _Tree]) -> None:
                 trees[owner[execution_id]].eligible = False
 
 
-def _delete(ids: list[uuid.UUID]) -> None:
+def delete_executions(ids: list[uuid.UUID]) -> None:
+    """Delete these executions and every row that hangs off them."""
     # Dependents first, by execution id: one statement per table, no rows
     # loaded. The execution delete then finds nothing left to cascade to.
     SemaphoreHolder.objects.filter(task__execution_id__in=ids).delete()

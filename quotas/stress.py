@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection, connections
 
 from executions import dispatch, lifecycle, results
+from executions.purge import delete_executions
 from executions.models import Execution
 from metadata import taskdefs, workflows
 from metadata.models import TaskDefinition
@@ -74,7 +75,7 @@ def prepare(plan: Plan) -> Namespace:
     """A fresh namespace with the two queues' definitions, the semaphore,
     and ``plan.tasks`` ready tasks in each queue."""
     # Executions first: their snapshots are protected while they exist.
-    Execution.objects.filter(namespace__name=plan.namespace).delete()
+    delete_executions(list(Execution.objects.filter(namespace__name=plan.namespace).values_list("id", flat=True)))
     Namespace.objects.filter(name=plan.namespace).delete()
     namespace = ensure_namespace(name=plan.namespace)
     sem = [SEMAPHORE] if plan.permits else []
