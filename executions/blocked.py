@@ -11,7 +11,7 @@ from executions import executor
 from executions.decider import decide
 from executions.models import OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock
-from quotas import admission, diagnostics
+from quotas import admission, diagnostics, starts
 from quotas.gate import open_gate
 
 
@@ -36,22 +36,47 @@ def blocked_by(task: Task, *, now: dt.datetime | None = None, context: dict | No
         return _reason("paused", since=task.scheduled_at)
     if task.available_at > now:
         return _circuit_open(task) or _reason("retryBackoff", since=task.scheduled_at, until=task.available_at)
-    if task.kind == "worker" and task.queue:
+    if task.kind in ("worker", "system") and task.queue:
         return _queue_blocker(task, now, {} if context is None else context)
     return None
 
 
 def _queue_blocker(task: Task, now: dt.datetime, context: dict) -> dict | None:
-    """A ready worker task waits on its queue's controls, or for a worker.
-    ``context`` shares one look per queue among the tasks of one view."""
-    key = ("queue", task.namespace_id, task.queue)
+    """A ready worker or system task waits on its task definition's controls,
+    then for a worker polling its queue, or a system-task runner with a free
+    thread (docs/controls.md). ``context`` shares one look per definition,
+    and one at the runners, among the tasks of one view."""
+    key = ("controls", task.namespace_id, task.task_def_name)
     if key not in context:
-        gate = open_gate(namespace_id=task.namespace_id, queue=task.queue, want=1, now=now, lock=False)
-        context[key] = (gate.blocker, diagnostics.recent_poll(namespace_id=task.namespace_id, queue=task.queue, now=now))
-    blocker, last_poll = context[key]
-    since = max(task.scheduled_at, task.available_at)
+        context[key] = open_gate(namespace_id=task.namespace_id, queue=task.task_def_name, want=1, now=now,
+                                 lock=False).blocker
+    blocker, since = context[key], max(task.scheduled_at, task.available_at)
     if blocker is not None:
         return _reason(blocker.control, since=since, until=blocker.until, limit=blocker.limit, current=blocker.current)
+    if task.kind == "system":
+        return _runner_blocker(task, since, now, context)
+    key = ("queue", task.namespace_id, task.queue)
+    if key not in context:
+        context[key] = diagnostics.recent_poll(namespace_id=task.namespace_id, queue=task.queue, now=now)
+    return _no_pollers(since, context[key], now)
+
+
+def _runner_blocker(task: Task, since: dt.datetime, now: dt.datetime, context: dict) -> dict | None:
+    """A ready system task its controls let through waits for a runner:
+    none polled lately (noPollers), or every thread of those that did is
+    busy (runnerCapacity)."""
+    key = ("runners", task.namespace_id)
+    if key not in context:
+        context[key] = diagnostics.runner_use(namespace_id=task.namespace_id, now=now)
+    runners = context[key]
+    if not runners.threads:
+        return _no_pollers(since, runners.last_poll, now)
+    if runners.full:
+        return _reason("runnerCapacity", since=since, limit=runners.threads, current=runners.in_flight)
+    return None
+
+
+def _no_pollers(since: dt.datetime, last_poll: dt.datetime | None, now: dt.datetime) -> dict | None:
     if last_poll is None or last_poll < now - dt.timedelta(seconds=diagnostics.NO_POLLERS_S):
         return _reason("noPollers", since=max(since, last_poll) if last_poll else since, current=0)
     return None
@@ -59,16 +84,32 @@ def _queue_blocker(task: Task, now: dt.datetime, context: dict) -> dict | None:
 
 def execution_blocked_by(execution: Execution, *, tasks: list[Task] | None = None, now: dt.datetime | None = None) -> dict | None:
     """Why a running execution schedules nothing more: it awaits admission
-    (``admission:<key>``), or its open tasks fill ``maxConcurrentTasks`` while
-    more are ready to start (tasks past the cap have no rows to carry it)."""
+    (``_admission_blocker``), or its open tasks fill ``maxConcurrentTasks``
+    while more are ready to start (tasks past the cap have no rows to carry
+    it)."""
     if execution.status != ExecutionStatus.RUNNING:
         return None
     if execution.awaiting_admission:
-        limit, current = admission.use_of(execution)
-        return _reason(f"admission:{execution.admission_key}", since=execution.created_at, limit=limit, current=current)
+        return _admission_blocker(execution, now or clock.now())
     if tasks is not None:
         return _task_cap(execution, tasks, now or clock.now())
     return None
+
+
+def _admission_blocker(execution: Execution, now: dt.datetime) -> dict | None:
+    """The line an execution awaiting admission stands in, from committed
+    state (no locks): its admission key's bucket (``admission:<key>``), or,
+    for a start the engine held (a failure workflow), the start control it
+    waits on (``quota:<name>``, ``maxConcurrentExecutions``). ``since``:
+    when it took its place (a retry or restart lines up anew)."""
+    since = admission.waiting_since(execution) or execution.created_at
+    if execution.admission_key is not None:
+        limit, current = admission.use_of(execution)
+        return _reason(f"admission:{execution.admission_key}", since=since, limit=limit, current=current)
+    holder = starts.held_by(execution=execution, now=now)
+    if holder is None:
+        return None
+    return _reason(holder.control, since=since, until=holder.until, limit=holder.limit, current=holder.current)
 
 
 def _task_cap(execution: Execution, tasks: list[Task], now: dt.datetime) -> dict | None:

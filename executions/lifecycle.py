@@ -192,10 +192,14 @@ def resume_execution(*, execution_id: uuid.UUID) -> Execution:
 
 def retry_execution(*, execution_id: uuid.UUID) -> Execution:
     """Resume a failed, timed-out or terminated run from where it failed: every
-    failed or canceled task gets a new attempt; forks and loops reopen."""
+    failed or canceled task gets a new attempt; forks and loops reopen. A
+    root takes admission as a start does, before anything changes
+    (quotas.starts): refused with the start's 429, or reopened awaiting
+    admission, its new attempts held until it is admitted."""
     with transaction.atomic():
         execution = _locked_in(execution_id, ENDED[1:], "retry")
         now = clock.now()
+        admitted = starts.check_start(execution=execution, workflow=snapshots.workflow_of(execution), now=now)
         rows = list(Task.objects.filter(execution_id=execution.id, run=execution.run).order_by("seq"))
         latest = {row.path: row for row in rows}
         seq = max((row.seq for row in rows), default=-1) + 1
@@ -208,14 +212,13 @@ def retry_execution(*, execution_id: uuid.UUID) -> Execution:
                 # fork's items) stays failed: reopened, it would run with no
                 # case or no items; evaluated again, it fails the same way.
                 if row.status != TaskStatus.FAILED_WITH_TERMINAL_ERROR:
-                    Task.objects.filter(pk=row.id).update(
-                        status=TaskStatus.IN_PROGRESS, ended_at=None, reason_for_incompletion=""
-                    )
+                    attempts.reopen(row.id)
                 continue
             _new_attempt(row, seq, now)
             seq += 1
         _reopen(execution, now=now)
         _rearm_workflow_timeout(execution)
+        admission.place_reopened(execution=execution, admitted=admitted, now=now)
         executor.decide_locked(execution)
         return execution
 
@@ -266,17 +269,21 @@ def _reopen(execution: Execution, *, now: dt.datetime) -> None:
 
 def restart_execution(*, execution_id: uuid.UUID) -> Execution:
     """Run an ended execution again from the start, under the same id. The old
-    run's tasks stay as history; the new run's idempotency keys differ."""
+    run's tasks stay as history; the new run's idempotency keys differ. A
+    root takes admission as a start does, before anything changes
+    (quotas.starts): refused with the start's 429, or reopened awaiting
+    admission and decided once admitted."""
     with transaction.atomic():
         execution = _locked_in(execution_id, ENDED, "restart")
-        workflow = executor.workflow_of(execution)
+        workflow = snapshots.workflow_of(execution)
         now = clock.now()
-        Execution.objects.filter(pk=execution.id).update(
-            run=execution.run + 1, variables=dict(workflow.get("variables") or {}), started_at=now,
-        )
-        execution.refresh_from_db()
+        variables = dict(workflow.get("variables") or {})
+        execution.variables = variables  # what the new run's admission key resolves against
+        admitted = starts.check_start(execution=execution, workflow=workflow, now=now)
+        runs.update(execution, {"run": execution.run + 1, "variables": variables, "started_at": now}, now=now)
         _reopen(execution, now=now)
         _rearm_workflow_timeout(execution)
+        admission.place_reopened(execution=execution, admitted=admitted, now=now)
         executor.decide_locked(execution)
         return execution
 

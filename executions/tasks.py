@@ -11,6 +11,7 @@ from celery import shared_task
 from executions import breakers, timers
 from executions.system_tasks import enqueue, runner
 from executions.system_tasks.base import Outcome
+from quotas import starts
 
 # One beat sweep works at most this long; the next one carries on.
 SWEEP_BUDGET_S = 10.0
@@ -27,13 +28,15 @@ def run_system_task(task_id: str) -> None:
 
 @shared_task(name="nodeflow.sweep")
 def sweep() -> None:
-    """Fire due timers and handle expired leases (the sweeper role's work)."""
+    """Fire due timers, handle expired leases and let in the held starts
+    there is room for now (the sweeper role's work)."""
     give_up = time.monotonic() + SWEEP_BUDGET_S
     while time.monotonic() < give_up:
         fired = timers.fire_next_timer()
         expired = timers.expire_next_lease()
         if not (fired or expired):
-            return
+            break
+    starts.sweep_held()
 
 
 @shared_task(name="nodeflow.recover_system_tasks")

@@ -11,18 +11,28 @@ process changes nothing. A bucket is (workflow name, key): different keys
 never contend. A key that resolves to nothing (null or "") is the bucket
 named by the expression itself, so an unkeyed run still counts against the
 limit. Each bucket is serialised by a transaction-scoped lock on its name.
+
+The same table holds each namespace's line of held starts (``HELD_LINE``):
+engine starts that a start control would have refused (quotas.starts). A
+ticket there has no admission key; its run is awaiting admission all the
+same, and lines up in its bucket, if it has one, when it leaves.
+
+Retry and restart line up like a start (``place_reopened``); a retry's new
+attempts are held while the run waits, and released when it is admitted.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from typing import Any
 
-from executions import executor
-from executions.models import Execution
+from executions import attempts, executor, runs, snapshots
+from executions.models import Execution, ExecutionStatus
 from metadata.expressions import resolve
+from nodeflow import clock
 from quotas import locks
-from quotas.models import Admission
+from quotas.models import HELD_LINE, Admission
 
 MAX_KEY_LENGTH = 256
 
@@ -52,7 +62,7 @@ def _bucket(name: str, key: str) -> str:
 
 
 def _limit(execution: Execution) -> int:
-    config = executor.workflow_of(execution).get("rateLimitConfig") or {}
+    config = snapshots.workflow_of(execution).get("rateLimitConfig") or {}
     return int(config.get("concurrentExecLimit") or 1)
 
 
@@ -61,10 +71,11 @@ def _admitted(namespace_id: int, bucket: str) -> int:
 
 
 def line_up(*, execution: Execution, workflow: dict) -> bool | None:
-    """Before a new execution is inserted: lock its bucket and say whether it
-    runs now (True), waits in line (False), or is not rate-limited (None).
-    Sets ``admission_key`` and ``awaiting_admission`` on it. The caller then
-    inserts it and calls ``take_ticket`` in the same transaction."""
+    """Before a new execution is inserted (or an ended one reopened, or a
+    held one let go): lock its bucket and say whether it runs now (True),
+    waits in line (False), or is not rate-limited (None). Sets
+    ``admission_key`` and ``awaiting_admission`` on it. The caller then
+    writes it and calls ``take_ticket`` in the same transaction."""
     key = admission_key(workflow=workflow, execution=execution)
     if key is None:
         return None
@@ -79,28 +90,73 @@ def line_up(*, execution: Execution, workflow: dict) -> bool | None:
     return admitted
 
 
+def _line_of(execution: Execution) -> str:
+    """The bucket of the execution's admission key; without a key, a run
+    awaiting admission is a held start."""
+    return HELD_LINE if execution.admission_key is None else _bucket(execution.name, execution.admission_key)
+
+
 def take_ticket(*, execution: Execution, admitted: bool) -> None:
-    """Record an inserted execution's place (skipped for one that already
-    ended in its first decision: it holds nothing)."""
+    """Record an inserted (or reopened) execution's place, as placed by
+    ``line_up`` or held by quotas.starts (skipped for one that already ended
+    in its first decision: it holds nothing)."""
     if not execution.active:
         return
     Admission.objects.create(
-        namespace_id=execution.namespace_id, bucket=_bucket(execution.name, execution.admission_key),
-        execution=execution, admitted=admitted, created_at=execution.created_at,
+        namespace_id=execution.namespace_id, bucket=_line_of(execution),
+        execution=execution, admitted=admitted, created_at=clock.now(),
     )
+
+
+def place_reopened(*, execution: Execution, admitted: bool | None, now: dt.datetime) -> None:
+    """Record where quotas.starts.check_start placed a run that a retry or
+    restart reopened (locked, RUNNING again): its admission fields and its
+    ticket. While it waits in line, its SCHEDULED tasks (a retry's new
+    attempts) are held: ``admit`` releases them."""
+    runs.update(execution, {"awaiting_admission": execution.awaiting_admission,
+                            "admission_key": execution.admission_key}, now=now)
+    if admitted is not None:
+        take_ticket(execution=execution, admitted=admitted)
+    if admitted is False:
+        attempts.hold_scheduled(execution_id=execution.id)
+
+
+def leave_held_line(*, execution: Execution, workflow: dict, now: dt.datetime) -> bool:
+    """A held start (locked; its held ticket gone) passed the start controls:
+    it lines up in its admission bucket like a start, admitted at once if
+    there is room. True when admitted."""
+    admitted = line_up(execution=execution, workflow=workflow)
+    if admitted is not None:
+        runs.update(execution, {"admission_key": execution.admission_key}, now=now)
+        take_ticket(execution=execution, admitted=admitted)
+    if admitted is False:
+        return False
+    admit(execution)
+    return True
+
+
+def admit(execution: Execution) -> None:
+    """Let a locked execution that awaited admission in: its held tasks (a
+    retry's new attempts) may be dispatched, unless it is paused (resume
+    releases them), and its first decision is queued."""
+    runs.admit(execution.id)
+    execution.awaiting_admission = False
+    if execution.status == ExecutionStatus.RUNNING:
+        attempts.release_held(execution_id=execution.id)
+    executor.request_decision(execution.id)
 
 
 def release(execution: Execution) -> list[uuid.UUID]:
     """An execution ended: give up its ticket; if it held a slot, admit the
     next in line. Returns the ids admitted (each gets a decide request)."""
-    if execution.admission_key is None:
-        return []
+    if execution.admission_key is None and not execution.awaiting_admission:
+        return []  # it never stood in a line
     ticket = Admission.objects.filter(execution_id=execution.id).values_list("admitted", "bucket").first()
     if ticket is None:
         return []
-    held, bucket = ticket
+    admitted, bucket = ticket
     Admission.objects.filter(execution_id=execution.id).delete()
-    if not held:
+    if not admitted:
         return []  # a waiting execution ended (terminated): it freed no slot
     locks.lock_name(locks.admission_lock(execution.namespace_id, bucket))
     return _admit_next(execution.namespace_id, bucket)
@@ -115,11 +171,13 @@ def _admit_next(namespace_id: int, bucket: str) -> list[uuid.UUID]:
     for ticket in waiting.select_related("execution")[:100]:
         if running >= _limit(ticket.execution):
             break
-        if not Admission.objects.filter(pk=ticket.pk, admitted=False).update(admitted=True):
+        # Its row before its ticket: a run that ends deletes its ticket under
+        # its row lock (``release``), so the other order could deadlock.
+        execution = runs.lock(ticket.execution_id)
+        if execution is None or not Admission.objects.filter(pk=ticket.pk, admitted=False).update(admitted=True):
             continue  # it ended (terminated) meanwhile
-        Execution.objects.filter(pk=ticket.execution_id).update(awaiting_admission=False)
-        executor.request_decision(ticket.execution_id)
-        admitted_ids.append(ticket.execution_id)
+        admit(execution)
+        admitted_ids.append(execution.id)
         running += 1
     return admitted_ids
 
@@ -128,4 +186,9 @@ def use_of(execution: Execution) -> tuple[int, int]:
     """(limit, executions admitted) of the execution's bucket."""
     bucket = _bucket(execution.name, execution.admission_key or "")
     return _limit(execution), _admitted(execution.namespace_id, bucket)
+
+
+def waiting_since(execution: Execution) -> dt.datetime | None:
+    """When the execution took its place in line (None: it has no ticket)."""
+    return Admission.objects.filter(execution_id=execution.id).values_list("created_at", flat=True).first()
 

@@ -81,9 +81,16 @@ class NamespaceQuota(models.Model):
         return f"quotas of {self.namespace_id}"
 
 
+# The line of held engine starts (a failure workflow that a start control
+# would refuse waits here): no bucket of a workflow can have this name, since
+# workflow names never start with "@".
+HELD_LINE = "@held"
+
+
 class Admission(models.Model):
     """An execution's ticket in the line of its admission bucket (workflow
-    name + resolved ``rateLimitKey``). Ids give start order; the ticket is
+    name + resolved ``rateLimitKey``), or in its namespace's line of held
+    engine starts (``HELD_LINE``). Ids give start order; the ticket is
     deleted when the execution ends, which is what frees its slot."""
 
     id = models.BigAutoField(primary_key=True)
@@ -94,7 +101,11 @@ class Admission(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "bucket", "admitted", "id"], name="admission_line")]
+        indexes = [
+            models.Index(fields=["namespace", "bucket", "admitted", "id"], name="admission_line"),
+            # The sweeper's one look, every tick, for any held engine start.
+            models.Index(fields=["namespace", "id"], condition=Q(bucket=HELD_LINE), name="admission_held"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.bucket} #{self.id} ({'admitted' if self.admitted else 'waiting'})"
