@@ -14,18 +14,21 @@ import logging
 import uuid
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from executions import attempts, lifecycle, notify, runs, sql
+from executions import attempts, notify, runs, snapshots, sql
 from executions.decider import decide
 from executions.leases import lease_seconds
 from executions.snapshots import snapshot_body, workflow_of
-from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task
+from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Message, Task
 from executions.retry import BUDGET_WINDOW_S
-from executions.state import FAILURE, Child, Decision, Row, Snapshot
+from executions.state import FAILURE, Child, Decision, Ending, Row, Snapshot, StartChild
 from metadata import taskdefs
 from metadata.tree import walk_tasks
 from nodeflow import clock, metrics
+from nodeflow.errors import Conflict, NotFound
+from nodeflow.models import Namespace
+from quotas import admission, starts
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +192,7 @@ def decide_now(execution_id: uuid.UUID) -> Decision | None:
         execution = runs.lock(execution_id)
         if execution is None:
             return None
-        DecideRequest.objects.filter(execution_id=execution_id).delete()
+        runs.drop_decide_request(execution_id)
         return decide_locked(execution)
 
 
@@ -228,17 +231,9 @@ def decide_many(executions: list[Execution], *, tasks: dict[uuid.UUID, list[Task
 
 
 def request_decision(execution_id: uuid.UUID) -> None:
-    """Queue "decide this execution" durably (idempotent), and decide it in
-    this process right after the caller commits. The request row is the
-    durable fallback: a decider role picks it up if this process dies first
-    or the decision fails. (No NOTIFY: every listening session in the
-    database would pay a transaction for each one.)"""
-    DecideRequest.objects.bulk_create(
-        [DecideRequest(execution_id=execution_id, due_at=clock.now())],
-        update_conflicts=True, unique_fields=["execution"], update_fields=["due_at"],
-    )
-    transaction.on_commit(functools.partial(decide_now, execution_id), robust=True)
-    notify.decider_wakeup()
+    """Queue a decision of ``execution_id`` (runs.request_decision): made in
+    this process right after the caller commits, or by a decider role."""
+    runs.request_decision(execution_id, now=clock.now())
 
 
 def decide_next_request() -> bool:
@@ -250,22 +245,150 @@ def decide_next_request() -> bool:
     execution_id = None
     try:
         with transaction.atomic():
-            request = DecideRequest.objects.filter(due_at__lte=now).order_by("due_at").select_for_update(
-                skip_locked=True).first()
+            request = runs.claim_decide_request(now)
             if request is None:
                 return False
             execution_id = request.execution_id
             execution = runs.lock(execution_id)
-            DecideRequest.objects.filter(pk=execution_id).delete()
+            runs.drop_decide_request(execution_id)
             if execution is not None:
                 decide_locked(execution)
     except Exception:
         if execution_id is None:
             raise
         log.exception("deciding %s failed; retrying in %s s", execution_id, FAILED_REQUEST_BACKOFF_S)
-        DecideRequest.objects.filter(execution_id=execution_id).update(
-            due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S))
+        runs.postpone_decide_request(execution_id, due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S))
     return True
+
+
+# --- starting and ending runs ------------------------------------------------
+
+def start(
+    *, namespace: Namespace, name: str, version: int | None = None, input: dict | None = None,
+    correlation_id: str | None = None, idempotency_key: str | None = None, priority: int = 0,
+    hold: bool = False,
+) -> tuple[Execution, bool]:
+    """Start an execution and make its first decision, in one transaction.
+    The controls on starts come first (quotas.starts): a namespace quota or
+    maxConcurrentExecutions refuses it (429) before any row exists; a start
+    past its admission key's limit is inserted awaiting admission, with no
+    decision. ``hold``: a start the engine makes itself (a failure
+    workflow), which is never refused: where a control would refuse it, it
+    is inserted awaiting admission, held in line. Returns (execution,
+    created); the same idempotency key gives the same one."""
+    with transaction.atomic():
+        if idempotency_key:
+            existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
+            if existing is not None:
+                return existing, False
+        snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
+        key = snapshot.body["root"]
+        workflow = snapshot.body["workflows"][key]
+        now = clock.now()
+        execution = Execution(
+            namespace=namespace, name=name, version=snapshot.version, snapshot_id=snapshot.id, workflow_key=key,
+            input=input or {}, variables=dict(workflow.get("variables") or {}),
+            correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
+            created_at=now, started_at=now,
+        )
+        admitted = starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
+        try:
+            if admitted is False:
+                # Its first decision (which arms its timeout) waits until it is admitted.
+                runs.insert(execution)
+            else:
+                decide_new(execution)
+        except IntegrityError:
+            if not idempotency_key:
+                raise
+            # A concurrent start with the same idempotency key won.
+            return Execution.objects.get(namespace=namespace, idempotency_key=idempotency_key), False
+        if admitted is not None:
+            admission.take_ticket(execution=execution, admitted=admitted)
+        return execution, True
+
+
+def start_child(*, parent: Execution, request: StartChild) -> Execution:
+    """Start the child of a SUB_WORKFLOW task (inside the parent's decision).
+    It shares the parent's snapshot and inherits its deadline."""
+    name, _, version = request.workflow_key.rpartition("@")
+    workflow = snapshot_body(parent.snapshot_id)["workflows"][request.workflow_key]
+    now = clock.now()
+    child = Execution(
+        namespace_id=parent.namespace_id, name=name, version=int(version), snapshot_id=parent.snapshot_id,
+        workflow_key=request.workflow_key, input=request.input, variables=dict(workflow.get("variables") or {}),
+        correlation_id=parent.correlation_id, priority=parent.priority, parent_execution_id=parent.id,
+        parent_task_id=request.task_id, path_prefix=request.path_prefix, depth=parent.depth + 1,
+        deadline=parent.deadline, created_at=now, started_at=now,
+    )
+    decide_new(child)
+    attempts.link_child(request.task_id, child_id=child.id)
+    return child
+
+
+def after_end(execution: Execution, ending: Ending) -> None:
+    """What follows an execution's end: its parent re-decides; a root's end
+    may make room for held starts, which go first (quotas.starts); a failed
+    or timed-out run starts its failureWorkflow; and a run holding an
+    admission slot hands it to the next in line. In that order: the lock
+    order of every start (quota row, definition, bucket)."""
+    if execution.parent_execution_id:
+        request_decision(execution.parent_execution_id)
+    else:
+        starts.after_root_end(execution, now=clock.now())
+    if ending.status in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT):
+        _start_failure_workflow(execution, ending)
+    admission.release(execution)
+
+
+def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
+    """Start the failed run's failureWorkflow, as a root run. It is never
+    refused: a control that would refuse it holds it in line instead
+    (``hold``), so the failed run's end commits and the start still
+    happens, once the control allows it."""
+    name = snapshots.workflow_of(execution).get("failureWorkflow")
+    if not name:
+        return
+    namespace = Namespace.objects.get(pk=execution.namespace_id)
+    payload = {
+        "workflowId": str(execution.id), "executionId": str(execution.id), "workflowName": execution.name,
+        "status": ending.status, "reason": ending.reason, "failedTaskNames": list(ending.failed_tasks),
+        "input": execution.input,
+    }
+    try:
+        with transaction.atomic():
+            start(namespace=namespace, name=name, input=payload, correlation_id=execution.correlation_id,
+                            idempotency_key=f"failure:{execution.id}:{execution.run}", hold=True)
+    except NotFound:
+        log.warning("failureWorkflow %s of execution %s does not exist", name, execution.id)
+
+
+def end(execution: Execution, *, status: str, reason: str) -> None:
+    """End a locked, active execution from outside the decider (terminate, the
+    workflow timeout): cancel its open tasks and its children, then follow up."""
+    now = clock.now()
+    runs.end(execution, status=status, reason=reason, now=now)
+    attempts.cancel_open(execution_id=execution.id, run=execution.run, reason=f"execution {status.lower()}: {reason}",
+                         now=now)
+    children = Execution.objects.filter(parent_execution_id=execution.id, status__in=ACTIVE_EXECUTION)
+    for child_id in children.values_list("id", flat=True):
+        terminate(execution_id=child_id, reason=f"parent {status.lower()}", cascade_from_parent=True)
+    after_end(execution, Ending(status, execution.output, reason, tuple(execution.failed_task_names)))
+
+
+def terminate(*, execution_id: uuid.UUID, reason: str = "", cascade_from_parent: bool = False) -> Execution:
+    """Terminate: cancel every open task and every child. A worker holding a
+    canceled task learns it from the 409 on its next heartbeat or result."""
+    with transaction.atomic():
+        execution = runs.lock(execution_id)
+        if execution is None:
+            raise NotFound(f"execution '{execution_id}' does not exist")
+        if execution.status not in ACTIVE_EXECUTION:
+            if cascade_from_parent:
+                return execution
+            raise Conflict(f"execution is already {execution.status}")
+        end(execution, status=ExecutionStatus.TERMINATED, reason=reason or "terminated")
+        return execution
 
 
 # --- applying -------------------------------------------------------------
@@ -323,11 +446,11 @@ def _follow_up(execution: Execution, decision: Decision) -> None:
     for task_id, message_ids in decision.consumed_messages.items():
         Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
     for child in decision.children:
-        lifecycle.start_child(parent=execution, request=child)
+        start_child(parent=execution, request=child)
     for child_id in decision.cancel_children:
-        lifecycle.terminate_execution(execution_id=child_id, reason="parent task canceled", cascade_from_parent=True)
+        terminate(execution_id=child_id, reason="parent task canceled", cascade_from_parent=True)
     if decision.ending is not None:
-        lifecycle.after_end(execution, decision.ending)
+        after_end(execution, decision.ending)
 
 
 def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime) -> dict:
@@ -362,3 +485,8 @@ def idempotency_key(execution: Execution, path: str) -> str:
     """One key per logical task: the same for every attempt and re-delivery."""
     run = f"/{execution.run}" if execution.run > 1 else ""
     return f"{execution.id}{run}:{path}"
+
+
+# Decisions requested in this process are made right after the commit that
+# asked (runs.request_decision), with the request row as the fallback.
+runs.on_decision_requested(decide_now)

@@ -1,9 +1,11 @@
-"""Executions: the one module that writes ``executions_execution`` rows, and
-the timers armed for them (``executions_timer``).
+"""Executions: the one module that writes ``executions_execution`` rows, the
+timers armed for them (``executions_timer``) and their entries in the
+decide queue (``executions_deciderequest``).
 
 Verbs: lock (the row lock every change of an execution is made under),
 insert, set fields, end, pause and resume, reopen (retry, restart), admit;
-arm, postpone and drop timers; purge. Each UPDATE is conditional on the
+arm, claim, postpone and drop timers; request a decision, claim and drop
+requests; purge. Each UPDATE is conditional on the
 state it moves from where another writer could race it, and returns its row
 count. A test fails when any other module writes these tables
 (tests/test_row_owners.py).
@@ -14,14 +16,15 @@ children; batches lock in id order.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import transaction
 
-from executions import sql
-from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, Timer, TimerKind
+from executions import notify, sql
+from executions.models import ACTIVE_EXECUTION, DecideRequest, Execution, ExecutionStatus, Task, Timer, TimerKind
 
 # --- locks -------------------------------------------------------------------------
 
@@ -163,6 +166,47 @@ def disarm_workflow_timeout(execution: Execution) -> None:
     was armed for is not this run's, and does nothing."""
     old = Timer.objects.filter(execution_id=execution.id, kind=TimerKind.WORKFLOW_TIMEOUT)
     Timer.objects.filter(pk__in=list(old.select_for_update(skip_locked=True).values_list("id", flat=True))).delete()
+
+
+# --- the decide queue ---------------------------------------------------------------
+
+# How this process decides an execution right after the commit that asked
+# for it: registered by the executor (which sits above this module).
+_decide_after_commit: list[Callable[[uuid.UUID], object]] = []
+
+
+def on_decision_requested(decide: Callable[[uuid.UUID], object]) -> None:
+    if decide not in _decide_after_commit:
+        _decide_after_commit.append(decide)
+
+
+def request_decision(execution_id: uuid.UUID, *, now: dt.datetime) -> None:
+    """Queue "decide this execution" durably (idempotent), and decide it in
+    this process right after the caller commits. The request row is the
+    durable fallback: a decider role picks it up if this process dies first
+    or the decision fails. (No NOTIFY: every listening session in the
+    database would pay a transaction for each one.)"""
+    DecideRequest.objects.bulk_create(
+        [DecideRequest(execution_id=execution_id, due_at=now)],
+        update_conflicts=True, unique_fields=["execution"], update_fields=["due_at"],
+    )
+    for decide in _decide_after_commit:
+        transaction.on_commit(functools.partial(decide, execution_id), robust=True)
+    notify.decider_wakeup()
+
+
+def claim_decide_request(now: dt.datetime) -> DecideRequest | None:
+    """The next due decide request, locked (SKIP LOCKED: deciders spread out)."""
+    return DecideRequest.objects.filter(due_at__lte=now).order_by("due_at").select_for_update(skip_locked=True).first()
+
+
+def drop_decide_request(execution_id: uuid.UUID) -> None:
+    """Deleted in the transaction that decides the execution."""
+    DecideRequest.objects.filter(pk=execution_id).delete()
+
+
+def postpone_decide_request(execution_id: uuid.UUID, *, due_at: dt.datetime) -> None:
+    DecideRequest.objects.filter(pk=execution_id).update(due_at=due_at)
 
 
 # --- purge ------------------------------------------------------------------------------

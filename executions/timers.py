@@ -14,7 +14,7 @@ import random
 
 from django.db import transaction
 
-from executions import attempts, executor, lifecycle, runs
+from executions import attempts, executor, runs
 from executions.decider import deadline_reason
 from executions.models import ACTIVE_EXECUTION, OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from nodeflow import clock, metrics
@@ -55,7 +55,7 @@ def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime, 
         return
     attempts.time_out(task, reason=reason, now=now)
     if task.child_execution_id:
-        lifecycle.terminate_execution(execution_id=task.child_execution_id, reason=reason, cascade_from_parent=True)
+        executor.terminate(execution_id=task.child_execution_id, reason=reason, cascade_from_parent=True)
     if execution.status == ExecutionStatus.RUNNING:
         executor.decide_or_defer(execution)
 
@@ -67,7 +67,7 @@ def _workflow_timeout(execution: Execution, timer: Timer, now: dt.datetime) -> N
     restart re-armed) finds its deadline gone and does nothing."""
     if execution.deadline is not None and execution.deadline <= now:
         metrics.record_timeout("workflow", "TIME_OUT_WF")
-        lifecycle.end_execution(execution, status=ExecutionStatus.TIMED_OUT, reason=deadline_reason(execution.deadline))
+        executor.end(execution, status=ExecutionStatus.TIMED_OUT, reason=deadline_reason(execution.deadline))
         return
     workflow = executor.workflow_of(execution)
     if workflow.get("timeoutPolicy") == "ALERT_ONLY" and _armed_by_this_run(execution, workflow, timer):

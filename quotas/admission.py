@@ -27,7 +27,7 @@ import json
 import uuid
 from typing import Any
 
-from executions import attempts, executor, runs, snapshots
+from executions import attempts, runs, snapshots
 from executions.models import Execution, ExecutionStatus
 from metadata.expressions import resolve
 from nodeflow import clock
@@ -111,14 +111,12 @@ def take_ticket(*, execution: Execution, admitted: bool) -> None:
 def place_reopened(*, execution: Execution, admitted: bool | None, now: dt.datetime) -> None:
     """Record where quotas.starts.check_start placed a run that a retry or
     restart reopened (locked, RUNNING again): its admission fields and its
-    ticket. While it waits in line, its SCHEDULED tasks (a retry's new
-    attempts) are held: ``admit`` releases them."""
+    ticket. While it waits in line, a retry's new attempts are inserted
+    held (lifecycle): ``admit`` releases them."""
     runs.update(execution, {"awaiting_admission": execution.awaiting_admission,
                             "admission_key": execution.admission_key}, now=now)
     if admitted is not None:
         take_ticket(execution=execution, admitted=admitted)
-    if admitted is False:
-        attempts.hold_scheduled(execution_id=execution.id)
 
 
 def leave_held_line(*, execution: Execution, workflow: dict, now: dt.datetime) -> bool:
@@ -143,7 +141,7 @@ def admit(execution: Execution) -> None:
     execution.awaiting_admission = False
     if execution.status == ExecutionStatus.RUNNING:
         attempts.release_held(execution_id=execution.id)
-    executor.request_decision(execution.id)
+    runs.request_decision(execution.id, now=clock.now())
 
 
 def release(execution: Execution) -> list[uuid.UUID]:

@@ -287,8 +287,6 @@ def test_a_waiting_retry_that_is_paused_stays_held_when_admitted(api):
     assert poll_one(api, "work")["executionId"] == failed
 
 
-@pytest.mark.xfail(strict=True, reason="resume_execution releases every held task, even while the run awaits "
-                                        "admission (lifecycle.resume_execution: its owner's change)")
 def test_a_waiting_retry_resumed_before_admission_stays_held(api):
     failed, holder = _retry_waiting(api)
     assert api.post(f"executions/{failed}/pause", {}).status_code == 200
