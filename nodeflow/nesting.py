@@ -1,5 +1,7 @@
 """What a JSON value that comes in must be: nested at most
-NODE_FLOW_MAX_JSON_DEPTH levels deep, and text (no lone surrogates, no NUL).
+NODE_FLOW_MAX_JSON_DEPTH levels deep, text (no lone surrogates, no NUL), and
+finite numbers (``1e400`` parses as infinity, which no JSON column and no
+JSON answer can hold).
 
 Parsing checks the depth only against the interpreter's recursion limit, and
 much that runs later recurses too (rendering, expression resolution, copies),
@@ -11,6 +13,7 @@ one depth, well below the recursion limit.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.conf import settings
@@ -47,12 +50,29 @@ def is_storable(value: Any) -> bool:
     and a response body can hold: no unpaired UTF-16 surrogate (JSON's
     ``"\\ud800"``) and no NUL (PostgreSQL's jsonb refuses ``"\\u0000"``)."""
     try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:
         return False
-    except (TypeError, ValueError):
+    except ValueError:
+        return False  # a non-finite number (or a loop, which parsing cannot make)
+    except TypeError:
         return True  # not JSON at all (a YAML date): the validation that follows names it
     return not _holds_nul(value)
+
+
+def non_finite_at(value: Any, root: str = "") -> str | None:
+    """The path (``input.amounts[2]``) of the first number in ``value`` that
+    is not finite (infinity, NaN), or None. Iterative: safe on any input."""
+    stack: list[tuple[Any, str]] = [(value, root)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path or "(the body)"
+        if isinstance(item, dict):
+            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in reversed(list(enumerate(item))))
+    return None
 
 
 def _holds_nul(value: Any) -> bool:

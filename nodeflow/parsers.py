@@ -1,8 +1,10 @@
 """Request body parsers: JSON, and YAML (``content-type: application/yaml``).
 
-Both refuse bodies nested deeper than NODE_FLOW_MAX_JSON_DEPTH, and strings
+Both refuse bodies nested deeper than NODE_FLOW_MAX_JSON_DEPTH, strings
 that are not text: unpaired UTF-16 surrogates (``"\\ud800"``) and NUL
-(``"\\u0000"``, which PostgreSQL's jsonb refuses); see nodeflow.nesting. YAML
+(``"\\u0000"``, which PostgreSQL's jsonb refuses), and numbers that are not
+finite (``1e400`` parses as infinity; YAML's ``.inf`` and ``.nan``), naming
+the field; see nodeflow.nesting. YAML
 also refuses aliases, whose shared nodes would multiply when the value is
 stored as JSON (a few hundred bytes can expand to gigabytes).
 """
@@ -10,10 +12,14 @@ import yaml
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
-from nodeflow.nesting import is_storable, max_depth, too_deep
+from nodeflow.errors import InvalidField
+from nodeflow.nesting import is_storable, max_depth, non_finite_at, too_deep
 
 
 def _checked(value):
+    path = non_finite_at(value)
+    if path is not None:
+        raise InvalidField(path, "must be a finite number (this one is too large for a JSON number, or not a number)")
     if too_deep(value):
         raise ParseError(f"the body is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)")
     if not is_storable(value):

@@ -352,3 +352,36 @@ def test_the_depth_walk_is_iterative():
     assert nested_deeper_than(value, 100)
     assert not nested_deeper_than([[1], {"a": [2]}], 3)
     assert nested_deeper_than([[1], {"a": [[2]]}], 3)
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES, ids=BODY_IDS)
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity", "-Infinity"])
+def test_it_refuses_a_number_that_is_not_finite_anywhere_naming_the_field(world, route, number):
+    # 1e400 is valid JSON that parses as infinity: no jsonb column and no JSON answer can hold it.
+    body = json.dumps({**valid_body(world, route), "extra": {"deep": [1, "PLACEHOLDER"]}})
+    raw = body.replace('"PLACEHOLDER"', number).encode()
+    before = fingerprint()
+    response = send(world, route, raw)
+    assert 400 <= response.status_code < 500, response.content
+    if number.endswith("e400"):
+        assert response.json()["field"] == "extra.deep[1]", response.json()
+    assert fingerprint() == before
+
+
+@pytest.mark.parametrize("text", ["{x: .inf}", "{x: -.inf}", "{x: .nan}"])
+def test_it_refuses_yaml_numbers_that_are_not_finite(world, text):
+    route = ("POST", "metadata/workflow-definitions")
+    raw = f"name: w\nvariables: {text}\ntasks: [{{name: t, taskReferenceName: t}}]".encode()
+    body = assert_error(send(world, route, raw, "application/yaml"), 400, "VALIDATION_ERROR")
+    assert body["field"] == "variables.x"
+
+
+@pytest.mark.parametrize("route", [("POST", "tasks/<str:task_id>/result"), ("POST", "executions")])
+def test_a_number_that_is_not_finite_in_output_or_input_changes_nothing(world, route):
+    body = valid_body(world, route)
+    key = "outputData" if "result" in route[1] else "input"
+    raw = json.dumps({**body, key: {"n": "PLACEHOLDER"}}).replace('"PLACEHOLDER"', "1e400").encode()
+    before = fingerprint()
+    response = assert_error(send(world, route, raw), 400, "VALIDATION_ERROR")
+    assert response["field"] == f"{key}.n"
+    assert fingerprint() == before
