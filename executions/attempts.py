@@ -37,9 +37,8 @@ class StaleDecision(Exception):
 def _left_in_flight(task: Task) -> None:
     """``task`` was IN_PROGRESS and is not any more (in the caller's
     transaction): its permits go, and whoever waits for its slot or permits
-    is woken when this commits."""
-    if task.kind == "worker":
-        gate.task_left(namespace_id=task.namespace_id, queue=task.queue, task_id=task.id)
+    is woken when this commits (worker and system tasks alike: gate.task_left)."""
+    gate.task_left(task)
 
 
 def _set(task: Task, values: dict[str, Any]) -> None:
@@ -77,13 +76,13 @@ def result_values(task: Task, *, status: str, output: dict, reason: str, callbac
     return values
 
 
-def record_result(task: Task, values: dict[str, Any], *, lease_token: str | None) -> bool:
+def record_result(task: Task, values: dict[str, Any], *, lease_token: str | None, now: dt.datetime) -> bool:
     """Write one result's ``values`` if ``task`` is still IN_PROGRESS under
-    ``lease_token`` (None: a HUMAN task, completed without a lease). False,
-    and nothing written, when it is not."""
+    ``lease_token`` and that lease has not expired at ``now`` (None: a HUMAN
+    task, completed without a lease). False, and nothing written, when not."""
     where: dict[str, Any] = {"id": task.id, "status": TaskStatus.IN_PROGRESS}
     if lease_token is not None:
-        where["lease_token"] = lease_token
+        where.update(lease_token=lease_token, lease_expires_at__gt=now)
     if not sql.update(Task, values=values, where=where):
         return False
     _after_result(task, values)
@@ -91,9 +90,10 @@ def record_result(task: Task, values: dict[str, Any], *, lease_token: str | None
     return True
 
 
-def record_results(planned: list[tuple[Task, dict[str, Any], str]]) -> None:
+def record_results(planned: list[tuple[Task, dict[str, Any], str]], *, now: dt.datetime) -> None:
     """Write a batch of checked results, each (task, values, lease token),
-    the caller holding every task's execution locked. Results that set the
+    the caller holding every task's execution locked and every lease checked
+    live at ``now`` (``lease_is_live``). Results that set the
     same columns under the same token (a worker finishing what one poll gave
     it) are written by one statement."""
     writes: dict[tuple[str, tuple], tuple[dict, list[uuid.UUID]]] = {}
@@ -104,7 +104,7 @@ def record_results(planned: list[tuple[Task, dict[str, Any], str]]) -> None:
     for (token, _), (values, ids) in writes.items():
         # Nothing changes an IN_PROGRESS row's status or token without its
         # execution's lock, which the caller holds.
-        where = {"id": ids, "status": TaskStatus.IN_PROGRESS, "lease_token": token}
+        where = {"id": ids, "status": TaskStatus.IN_PROGRESS, "lease_token": token, "lease_expires_at__gt": now}
         if sql.update(Task, values=values, where=where) != len(ids):
             raise RuntimeError("task rows changed under their executions' locks")
     for task, values, _ in planned:
@@ -118,17 +118,27 @@ def _after_result(task: Task, values: dict[str, Any]) -> None:
     _set(task, values)
 
 
+def lease_is_live(task: Task, *, lease_token: str | None, now: dt.datetime) -> bool:
+    """Whether ``lease_token`` is ``task``'s lease and has not expired at
+    ``now``. A lease is fenced by time as well as by token: once it expires,
+    its worker may no longer report, whatever the sweeper has done since, so
+    a control that stops counting an expired lease (a semaphore) agrees with
+    what may still report."""
+    return (task.status == TaskStatus.IN_PROGRESS and lease_token is not None and task.lease_token == lease_token
+            and task.lease_expires_at is not None and task.lease_expires_at > now)
+
+
 def renew(task: Task, *, lease_token: str, now: dt.datetime, progress: Any = None) -> bool:
     """A heartbeat: extend the lease ``lease_token`` names (never past
-    startedAt + startToClose). False, and nothing written, when it is no
-    longer that lease."""
+    startedAt + startToClose) if it is still live at ``now``. False, and
+    nothing written, when it is not."""
     values: dict[str, Any] = {
         "lease_expires_at": lease_expiry(task.policy, started_at=task.started_at or now, now=now),
         "last_heartbeat_at": now,
     }
     if progress is not None:
         values["output"] = {**task.output, "progress": progress}
-    where = {"id": task.id, "status": TaskStatus.IN_PROGRESS, "lease_token": lease_token}
+    where = {"id": task.id, "status": TaskStatus.IN_PROGRESS, "lease_token": lease_token, "lease_expires_at__gt": now}
     if not sql.update(Task, values=values, where=where):
         return False
     _set(task, values)

@@ -48,7 +48,7 @@ DECIDING_EXECUTION_FIELDS = (
 DECIDING_TASK_FIELDS = (
     "id", "execution", "namespace", "run", "seq", "ref", "path", "type", "kind", "task_def_name", "queue", "status",
     "optional", "attempt", "policy", "input", "output", "reason_for_incompletion", "scheduled_at", "available_at",
-    "started_at", "ended_at", "first_scheduled_at", "lease_token", "child_execution_id", "logs",
+    "started_at", "ended_at", "first_scheduled_at", "lease_token", "lease_expires_at", "child_execution_id", "logs",
 )
 
 

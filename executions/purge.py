@@ -203,7 +203,7 @@ def delete_executions(ids: list[uuid.UUID]) -> None:
     # Dependents first, by execution id: one statement per table, no rows
     # loaded. The execution delete then finds nothing left to cascade to.
     SemaphoreHolder.objects.filter(task__execution_id__in=ids).delete()
-    for model in (Message, DecideRequest, Admission):
+    for model in (Message, Admission):
         model.objects.filter(execution_id__in=ids).delete()
     attempts.purge(execution_ids=ids)
     runs.purge(execution_ids=ids)

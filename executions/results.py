@@ -35,23 +35,26 @@ class Result:
     logs: list = field(default_factory=list)
 
 
-def _stale(task: Task) -> Conflict:
+def _stale(task: Task, lease_token: str | None = None) -> Conflict:
     if task.status == TaskStatus.CANCELED:
         return Conflict("the task was canceled", taskStatus=task.status)
     if task.status != TaskStatus.IN_PROGRESS:
         return Conflict(f"the task is {task.status}; this lease is no longer valid", taskStatus=task.status)
+    if lease_token is not None and task.lease_token == lease_token and task.lease_expires_at is not None:
+        return Conflict(f"this lease expired at {task.lease_expires_at.isoformat().replace('+00:00', 'Z')}; "
+                        "the task will be timed out or offered again", taskStatus=task.status)
     return Conflict("this lease is no longer valid (it expired and the task was re-delivered)", taskStatus=task.status)
 
 
-def _check(task: Task, result: Result, *, human: bool) -> None:
+def _check(task: Task, result: Result, *, human: bool, now: dt.datetime) -> None:
     if human:
         if task.type != "HUMAN":
             raise InvalidField("leaseToken", "required: only HUMAN tasks take a result without a lease")
         if task.status != TaskStatus.IN_PROGRESS:
             raise _stale(task)
         return
-    if task.status != TaskStatus.IN_PROGRESS or task.lease_token != result.lease_token:
-        raise _stale(task)
+    if not attempts.lease_is_live(task, lease_token=result.lease_token, now=now):
+        raise _stale(task, result.lease_token)
 
 
 def _values(task: Task, result: Result, now: dt.datetime, *, paused: bool) -> dict[str, Any]:
@@ -77,9 +80,10 @@ def report_result(*, namespace: Namespace, result: Result, human: bool = False) 
         task = next((t for t in run if t.id == result.task_id), None) or _read_task(result.task_id)
         if task is None:  # deleted (a purge) since the lock query found it
             raise NotFound(f"task '{result.task_id}' does not exist")
-        _check(task, result, human=human)
-        values = _values(task, result, clock.now(), paused=execution.status == ExecutionStatus.PAUSED)
-        if not attempts.record_result(task, values, lease_token=None if human else result.lease_token):
+        now = clock.now()
+        _check(task, result, human=human, now=now)
+        values = _values(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
+        if not attempts.record_result(task, values, lease_token=None if human else result.lease_token, now=now):
             raise _stale(task)
         if _ends(result) and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution, tasks=run or None)
@@ -125,7 +129,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
         now = clock.now()
         for result in results:
             answers.append(_plan_one(result, tasks.get(result.task_id), locked, planned, touched, now))
-        attempts.record_results(planned)
+        attempts.record_results(planned, now=now)
         executor.decide_many(list(touched.values()), tasks=run_rows)
     return answers
 
@@ -142,7 +146,7 @@ def _plan_one(result, task, locked, planned, touched, now) -> dict:
     if task is None:
         return {"taskId": str(result.task_id), "status": 404, "error": "NOT_FOUND"}
     try:
-        _check(task, result, human=False)
+        _check(task, result, human=False, now=now)
     except ApiError as exc:
         return {"taskId": str(result.task_id), "status": exc.status_code, "error": exc.error, "message": exc.message}
     execution = locked[task.execution_id]
@@ -161,8 +165,9 @@ def heartbeat(*, namespace: Namespace, task_id: uuid.UUID, lease_token: str, pro
     task = Task.objects.filter(pk=task_id, namespace=namespace).first()
     if task is None:
         raise NotFound(f"task '{task_id}' does not exist")
-    if task.status != TaskStatus.IN_PROGRESS or task.lease_token != lease_token:
-        raise _stale(task)
-    if not attempts.renew(task, lease_token=lease_token, now=clock.now(), progress=progress):
-        raise _stale(Task.objects.get(pk=task_id))
+    now = clock.now()
+    if not attempts.lease_is_live(task, lease_token=lease_token, now=now):
+        raise _stale(task, lease_token)
+    if not attempts.renew(task, lease_token=lease_token, now=now, progress=progress):
+        raise _stale(Task.objects.get(pk=task_id), lease_token)
     return task

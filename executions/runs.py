@@ -212,8 +212,9 @@ def postpone_decide_request(execution_id: uuid.UUID, *, due_at: dt.datetime) -> 
 # --- purge ------------------------------------------------------------------------------
 
 def purge(*, execution_ids: list[uuid.UUID]) -> int:
-    """Delete these (finished) executions and their timers; their tasks go
-    first (attempts.purge)."""
+    """Delete these (finished) executions, their timers and decide requests;
+    their tasks go first (attempts.purge)."""
     Timer.objects.filter(execution_id__in=execution_ids).delete()
+    DecideRequest.objects.filter(execution_id__in=execution_ids).delete()
     deleted, _ = Execution.objects.filter(pk__in=execution_ids).only("pk").delete()
     return deleted

@@ -236,6 +236,11 @@ def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]
     db = _db()
     clauses, params = [], []
     for name, value in where.items():
+        if name.endswith("__gt"):  # "later than": a lease still live at an instant
+            field = model._meta.get_field(name[:-4])
+            clauses.append(f'"{field.column}" > %s')
+            params.append(field.get_db_prep_save(value, db))
+            continue
         if isinstance(value, (list, tuple, set, frozenset)):
             clause, values = any_of(model, name, value)
             clauses.append(clause)
@@ -249,8 +254,8 @@ def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]
 
 def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str, Any]) -> int:
     """``UPDATE … SET values WHERE`` every ``where`` field equals its value
-    (is one of them, for a list); the number of rows changed. Plain values
-    only (no expressions)."""
+    (is one of them, for a list; is greater, for a name ending ``__gt``);
+    the number of rows changed. Plain values only (no expressions)."""
     db = _db()
     sets, params = [], []
     for name, value in values.items():
