@@ -16,15 +16,26 @@ writes the table (tests/test_row_owners.py).
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
+import secrets
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Max, Min
+
 from executions import notify, sql
-from executions.leases import lease_expiry
+from executions.leases import capped_seconds, lease_expiry
 from executions.models import OPEN_TASK, Task, TaskStatus
-from nodeflow import metrics
-from quotas import gate
+from nodeflow import clock, metrics
+from quotas import controls, gate
+from quotas.gate import Gate, charge, open_gate
+
+Group = tuple[int, str]  # (namespace id, task definition name): the system tasks one gate governs
 
 MAX_LOG_ENTRIES = 200
 
@@ -51,6 +62,234 @@ def _set(task: Task, values: dict[str, Any]) -> None:
 def insert(tasks: Iterable[Task]) -> None:
     """New task rows (a decision's, or a manual retry's attempts), one statement."""
     sql.insert(tasks)
+
+
+# --- leases -------------------------------------------------------------------------
+# A lease is a random token plus an expiry (executions/leases.py). Every lease
+# of a task whose definition has controls, a worker's or a system task, is
+# taken here through the gate (quotas.gate: under the definition's lock, no
+# more than its controls allow, booked before the lock goes); one without
+# controls takes one statement on PostgreSQL. The PostgreSQL statement and
+# the SQLite path of each lease sit side by side.
+
+@dataclass(frozen=True)
+class Lease:
+    tasks: list[Task]
+    gate: Gate | None = None  # the definition's controls as the lease found them
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Which ready tasks a gated lease takes: a worker queue's, or
+    (``system``) the system tasks naming one task definition, or one task of
+    them (``task_id``). ``name`` is the gate's key: the definition's name,
+    which a worker queue is named after."""
+
+    namespace_id: int
+    name: str
+    system: bool = False
+    task_id: uuid.UUID | None = None
+
+
+def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int) -> Lease:
+    """Lease up to ``count`` ready tasks of a worker queue, highest priority
+    first, and no more than its definition's controls allow. On PostgreSQL a
+    queue this process has not seen controlled tries the one statement that
+    leases only if it has none (``lease_fast``); the rest go through the gate."""
+    token = secrets.token_urlsafe(18)
+    if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
+        tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now())
+        if not controlled:
+            return Lease(tasks)
+    return lease_gated(Pick(namespace_id, queue), worker_id, count, token)
+
+
+def lease_gated(pick: Pick, worker_id: str, count: int, token: str) -> Lease:
+    """The controlled dequeue: under the definition's lock (quotas.gate),
+    lease no more than the gate allows and book them before the lock is
+    released. The same for a worker queue and for system tasks; on SQLite
+    every lease comes here: the transaction is the lock."""
+    with transaction.atomic():
+        gate = open_gate(namespace_id=pick.namespace_id, queue=pick.name, want=count)
+        tasks = _lease_rows(pick, worker_id, gate.allowance, token, gate.now) if gate.allowance else []
+        charge(gate, namespace_id=pick.namespace_id, queue=pick.name, tasks=tasks, worker_id=worker_id, now=gate.now)
+    return Lease(tasks, gate)
+
+
+def _lease_rows(pick: Pick, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
+    """Lease up to ``count`` of the ready tasks ``pick`` names (the caller
+    holds the gate)."""
+    if connection.vendor == "postgresql":
+        return sql.rows(Task, _lease_sql(pick.system, pick.task_id is not None),
+                        _lease_params(worker_id, count, token, now, ns=pick.namespace_id, queue=pick.name, task=pick.task_id))
+    # SQLite: inside the gate's transaction, which holds the write lock.
+    tasks = list(_ready(pick, now).order_by("-priority", "available_at")[:count])
+    cap_s = system_cap_s() if pick.system else math.inf
+    by_length: dict[float, list] = {}
+    for task in tasks:
+        seconds = capped_seconds(task.lease_seconds, cap_s)
+        by_length.setdefault(seconds, []).append(task.id)
+        task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
+        task.lease_token, task.last_heartbeat_at = token, now
+        task.lease_expires_at = now + dt.timedelta(seconds=seconds)
+        task.deliveries += 1
+    # One UPDATE per distinct lease length (almost always one).
+    for seconds, ids in by_length.items():
+        Task.objects.filter(pk__in=ids).update(
+            status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
+            lease_expires_at=now + dt.timedelta(seconds=seconds), last_heartbeat_at=now,
+            deliveries=F("deliveries") + 1,
+        )
+    return tasks
+
+
+def _ready(pick: Pick, now: dt.datetime):
+    """The ready tasks ``pick`` names, as the statements of ``_lease_sql`` select them."""
+    which = {"kind": "system", "task_def_name": pick.name} if pick.system else {"queue": pick.name}
+    if pick.task_id is not None:
+        which["pk"] = pick.task_id
+    return Task.objects.filter(namespace_id=pick.namespace_id, status=TaskStatus.SCHEDULED, held=False,
+                               available_at__lte=now, **which)
+
+
+def _lease_params(worker_id: str, count: int, token: str, now: dt.datetime, **which) -> dict:
+    return {"now": now, "worker": worker_id, "token": token, "count": count, "cap": system_cap_s(), **which}
+
+
+def _lease_set(system: bool) -> str:
+    """The lease's columns; a system task's length is capped (``system_lease_seconds``)."""
+    length = "LEAST(t.lease_seconds, %(cap)s)" if system else "t.lease_seconds"
+    return f"""
+   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
+       lease_expires_at = %(now)s + make_interval(secs => {length}),
+       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
+"""
+
+
+# Which ready rows a statement leases ({which}; %(queue)s is the gate's key).
+_OF_QUEUE = "namespace_id = %(ns)s AND queue = %(queue)s"
+_OF_DEFINITION = "namespace_id = %(ns)s AND kind = 'system' AND task_def_name = %(queue)s"
+_OF_ANY_SYSTEM = "kind = 'system'"
+_ONLY_TASK = "AND id = %(task)s"
+_READY = """
+       SELECT id FROM executions_task
+        WHERE {which} AND status = 'SCHEDULED' AND NOT held
+          AND available_at <= %(now)s {extra}
+        ORDER BY priority DESC, available_at
+        LIMIT %(count)s
+          FOR UPDATE SKIP LOCKED
+"""
+
+
+def _has_controls(alias: str) -> str:
+    """A task definition row with any control (those go through the gate)."""
+    return (f"({alias}.concurrent_exec_limit > 0 OR {alias}.rate_limit_per_frequency > 0"
+            f" OR {alias}.semaphores <> '[]'::jsonb)")
+
+
+@functools.cache
+def _lease_sql(system: bool = False, one: bool = False) -> str:
+    """The dequeue on PostgreSQL: one statement, one round trip, one commit.
+    For a worker queue the inner SELECT walks the partial index task_ready
+    in (priority, availability) order; for the system tasks of one
+    definition (``system``), task_system_ready, with the lease capped;
+    ``one``: only the task %(task)s. Either skips rows another poller holds."""
+    ready = _READY.format(which=_OF_DEFINITION if system else _OF_QUEUE, extra=_ONLY_TASK if one else "")
+    return f"UPDATE executions_task AS t {_lease_set(system)} WHERE t.id IN ({ready}) RETURNING {sql.columns(Task, 't')}"
+
+
+# What a lease answer and its metrics read of the leased rows (the rest is
+# deferred, as with QuerySet.only: fewer columns to send and convert).
+LEASED_FIELDS = (
+    "id", "execution", "namespace", "type", "kind", "task_def_name", "queue", "status", "ref", "path", "attempt",
+    "input", "idempotency_key", "scheduled_at", "available_at", "started_at", "lease_token", "lease_expires_at",
+)
+
+
+@functools.cache
+def _lease_fast_sql() -> str:
+    """The same for a queue that may have controls, still one statement: it
+    leases only if the queue's task definition has none, and says whether it
+    has (a queue with controls goes through the gate instead). The LEFT JOIN
+    returns one all-NULL task row when nothing was leased, to carry the answer."""
+    return f"""
+WITH ctl AS (
+    SELECT count(*) AS n FROM metadata_taskdefinition AS d
+     WHERE d.namespace_id = %(ns)s AND d.name = %(queue)s AND {_has_controls('d')}
+), leased AS (
+    UPDATE executions_task AS t {_lease_set(False)}
+     WHERE t.id IN ({_READY.format(which=_OF_QUEUE, extra="AND (SELECT n FROM ctl) = 0")})
+    RETURNING {sql.columns(Task, 't', LEASED_FIELDS)}
+)
+SELECT {sql.columns(Task, 'leased', LEASED_FIELDS)}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
+"""
+
+
+def lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> tuple[list[Task], bool]:
+    params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
+    found = sql.rows(Task, _lease_fast_sql(), params, extra=1, fields=LEASED_FIELDS)
+    return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
+
+
+# Controlled groups one look names (PostgreSQL); on SQLite every group is
+# gated, so one look names more.
+SYSTEM_GROUPS = 16
+SYSTEM_GROUPS_SQLITE = 100
+def system_cap_s() -> float:
+    return float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS)
+
+
+def lease_ungated_system(worker_id: str, count: int, token: str, now: dt.datetime,
+                   task_id: uuid.UUID | None = None) -> tuple[list[Task], list[Group]]:
+    """What can be leased without a gate, and the groups that need theirs,
+    highest priority first. On PostgreSQL one statement leases up to
+    ``count`` ready system tasks whose definitions have no controls and
+    names the groups of those whose definitions have; on SQLite nothing is
+    leased here and every group of ready system tasks is named."""
+    if connection.vendor == "postgresql":
+        params = _lease_params(worker_id, count, token, now, task=task_id, groups=SYSTEM_GROUPS)
+        found = sql.rows(Task, _lease_system_sql(task_id is not None), params, extra=2)
+        namespaces, names = found[0][1] if found else (None, None)
+        return [task for task, _ in found if task is not None], list(zip(namespaces or (), names or (), strict=True))
+    ready = Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=now)
+    if task_id is not None:
+        ready = ready.filter(pk=task_id)
+    groups = (ready.values_list("namespace_id", "task_def_name").annotate(top=Max("priority"), since=Min("available_at"))
+              .order_by("-top", "since")[:SYSTEM_GROUPS_SQLITE])
+    return [], [(namespace_id, name) for namespace_id, name, _, _ in groups]
+
+
+@functools.cache
+def _lease_system_sql(one: bool) -> str:
+    """The system tasks' one statement (``lease_ungated_system``). The groups come
+    back as two arrays beside every leased row, or beside one all-NULL row
+    when nothing was leased (the LEFT JOIN), as in ``_lease_fast_sql``."""
+    only = _ONLY_TASK if one else ""
+    uncontrolled = f"{only} AND NOT EXISTS ({_definition_of('executions_task')} AND {_has_controls('d')})"
+    return f"""
+WITH leased AS (
+    UPDATE executions_task AS t {_lease_set(True)}
+     WHERE t.id IN ({_READY.format(which=_OF_ANY_SYSTEM, extra=uncontrolled)})
+    RETURNING {sql.columns(Task, 't')}
+), gated AS (
+    SELECT r.namespace_id, r.task_def_name, max(r.priority) AS top, min(r.available_at) AS since
+      FROM executions_task AS r
+     WHERE r.kind = 'system' AND r.status = 'SCHEDULED' AND NOT r.held AND r.available_at <= %(now)s {only}
+       AND EXISTS ({_definition_of('r')} AND {_has_controls('d')})
+     GROUP BY r.namespace_id, r.task_def_name
+     ORDER BY top DESC, since
+     LIMIT %(groups)s
+)
+SELECT {sql.columns(Task, 'leased')}, g.namespaces, g.names
+  FROM (SELECT array_agg(namespace_id ORDER BY top DESC, since) AS namespaces,
+               array_agg(task_def_name ORDER BY top DESC, since) AS names FROM gated) AS g
+  LEFT JOIN leased ON true
+"""
+
+
+def _definition_of(alias: str) -> str:
+    return (f"SELECT 1 FROM metadata_taskdefinition AS d"
+            f" WHERE d.namespace_id = {alias}.namespace_id AND d.name = {alias}.task_def_name")
 
 
 # --- results and heartbeats -------------------------------------------------------

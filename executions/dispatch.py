@@ -1,157 +1,40 @@
-"""Dispatch: leasing ready tasks of a queue to a polling worker.
+"""Dispatch: long-polls of worker queues, and the system-task runner's
+leases across every namespace.
 
-A lease is a random token plus an expiry. Results and heartbeats must present
-the current token (fencing): a worker whose lease expired, whose task was
-re-delivered or canceled, gets 409 and changes nothing. The expiry is the
-start-to-close and heartbeat deadline of the attempt: each heartbeat moves it
-to ``now + heartbeatTimeout``, never past ``startedAt + startToCloseTimeout``.
-
-A queue whose task definition has controls (concurrentExecLimit, a rate
-limit, semaphores) is leased through the gate (``quotas.gate``), under the
-queue's lock, never more than the controls allow; one without them keeps
-the one-statement path. See docs/controls.md.
+The leases themselves are taken by ``executions.attempts`` (the owner of
+task rows), through the gate of each task's definition: a poll asks it,
+and when nothing may be leased waits for a wake-up (a task ready, a slot or
+permits freed, a new rate window) and asks again. For system tasks this
+module also remembers which (namespace, definition) groups a control holds
+back, so that they are tried first once freed and not hot while held; the
+gate decides every lease. Results and heartbeats must present the current,
+unexpired lease (fenced by token and time): see ``executions.results``.
+See docs/controls.md and docs/engine.md.
 """
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import math
 import secrets
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
-from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
 
-from executions import notify, sql
-from executions.leases import DEFAULT_LEASE_S, lease_expiry, lease_seconds  # noqa: F401 - re-exported
+from executions import attempts, notify
+from executions.leases import capped_seconds
 from executions.models import Task, TaskStatus
 from nodeflow import clock, metrics
 from nodeflow.models import Namespace
 from quotas import controls, diagnostics
 from quotas import metrics as quota_metrics
-from quotas.gate import Gate, charge, open_gate
 
 # Long-polls re-check the queue at least this often even without a wake-up
 # (tasks whose retry delay ends do not notify).
 LISTEN_RECHECK_S = 1.0
 # Without LISTEN/NOTIFY (SQLite, across processes) the re-check is the wake-up.
 POLL_RECHECK_S = 0.05
-
-
-@dataclass(frozen=True)
-class Lease:
-    tasks: list[Task]
-    gate: Gate | None = None  # the queue's controls as the lease found them
-
-
-def _lease(namespace_id: int, queue: str, worker_id: str, count: int) -> Lease:
-    """Lease up to ``count`` ready tasks of ``queue``, highest priority first,
-    and no more than the queue's controls allow."""
-    token = secrets.token_urlsafe(18)
-    if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
-        tasks, controlled = _lease_fast(namespace_id, queue, worker_id, count, token, clock.now())
-        if not controlled:
-            return Lease(tasks)
-    return _lease_gated(namespace_id, queue, worker_id, count, token)
-
-
-def _lease_gated(namespace_id: int, queue: str, worker_id: str, count: int, token: str) -> Lease:
-    """The controlled dequeue: under the queue's lock (quotas.gate), lease no
-    more than the gate allows and book them before the lock is released.
-    On SQLite every lease comes here: the transaction is the lock."""
-    with transaction.atomic():
-        gate = open_gate(namespace_id=namespace_id, queue=queue, want=count)
-        tasks = _lease_rows(namespace_id, queue, worker_id, gate.allowance, token, gate.now) if gate.allowance else []
-        charge(gate, namespace_id=namespace_id, queue=queue, tasks=tasks, worker_id=worker_id, now=gate.now)
-    return Lease(tasks, gate)
-
-
-def _lease_rows(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
-    if connection.vendor == "postgresql":
-        params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-        return sql.rows(Task, _lease_sql(), params)
-    # SQLite: inside the gate's transaction, which holds the write lock.
-    tasks = list(
-        Task.objects.filter(
-            namespace_id=namespace_id, queue=queue, status=TaskStatus.SCHEDULED, held=False, available_at__lte=now
-        )
-        .order_by("-priority", "available_at")[:count]
-    )
-    by_length: dict[float, list] = {}
-    for task in tasks:
-        by_length.setdefault(task.lease_seconds, []).append(task.id)
-        task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
-        task.lease_token, task.last_heartbeat_at = token, now
-        task.lease_expires_at = now + dt.timedelta(seconds=task.lease_seconds)
-        task.deliveries += 1
-    # One UPDATE per distinct lease length (almost always one).
-    for seconds, ids in by_length.items():
-        Task.objects.filter(pk__in=ids).update(
-            status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
-            lease_expires_at=now + dt.timedelta(seconds=seconds), last_heartbeat_at=now,
-            deliveries=F("deliveries") + 1,
-        )
-    return tasks
-
-
-_LEASE_SET = """
-   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
-       lease_expires_at = %(now)s + make_interval(secs => t.lease_seconds),
-       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
-"""
-_READY = """
-       SELECT id FROM executions_task
-        WHERE namespace_id = %(ns)s AND queue = %(queue)s AND status = 'SCHEDULED' AND NOT held
-          AND available_at <= %(now)s {extra}
-        ORDER BY priority DESC, available_at
-        LIMIT %(count)s
-          FOR UPDATE SKIP LOCKED
-"""
-
-
-@functools.cache
-def _lease_sql() -> str:
-    """The dequeue on PostgreSQL: one statement, one round trip, one commit.
-    The inner SELECT walks the partial index task_ready in (priority,
-    availability) order and skips rows another poller holds."""
-    return f"UPDATE executions_task AS t {_LEASE_SET} WHERE t.id IN ({_READY.format(extra='')}) RETURNING {sql.columns(Task, 't')}"
-
-
-# What a lease answer and its metrics read of the leased rows (the rest is
-# deferred, as with QuerySet.only: fewer columns to send and convert).
-LEASED_FIELDS = (
-    "id", "execution", "namespace", "type", "kind", "task_def_name", "queue", "status", "ref", "path", "attempt",
-    "input", "idempotency_key", "scheduled_at", "available_at", "started_at", "lease_token", "lease_expires_at",
-)
-
-
-@functools.cache
-def _lease_fast_sql() -> str:
-    """The same for a queue that may have controls, still one statement: it
-    leases only if the queue's task definition has none, and says whether it
-    has (a queue with controls goes through the gate instead). The LEFT JOIN
-    returns one all-NULL task row when nothing was leased, to carry the answer."""
-    return f"""
-WITH ctl AS (
-    SELECT count(*) AS n FROM metadata_taskdefinition
-     WHERE namespace_id = %(ns)s AND name = %(queue)s
-       AND (concurrent_exec_limit > 0 OR rate_limit_per_frequency > 0 OR semaphores <> '[]'::jsonb)
-), leased AS (
-    UPDATE executions_task AS t {_LEASE_SET}
-     WHERE t.id IN ({_READY.format(extra="AND (SELECT n FROM ctl) = 0")})
-    RETURNING {sql.columns(Task, 't', LEASED_FIELDS)}
-)
-SELECT {sql.columns(Task, 'leased', LEASED_FIELDS)}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
-"""
-
-
-def _lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> tuple[list[Task], bool]:
-    params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-    found = sql.rows(Task, _lease_fast_sql(), params, extra=1, fields=LEASED_FIELDS)
-    return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
 
 
 def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s: float) -> list[Task]:
@@ -170,7 +53,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
         for key in keys:
             notify.hub.attach(key, event)
         try:
-            lease = _lease(namespace.id, queue, worker_id, count)
+            lease = attempts.lease_queue(namespace.id, queue, worker_id, count)
             metrics.record_dispatch(lease.tasks)
             _count_held_back(lease, held_back)
             remaining = give_up - time.monotonic()
@@ -185,14 +68,14 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
 
 
-def _count_held_back(lease: Lease, counted: set[str]) -> None:
+def _count_held_back(lease: attempts.Lease, counted: set[str]) -> None:
     blocker = lease.gate.blocker if lease.gate is not None else None
     if blocker is not None and blocker.control not in counted:
         counted.add(blocker.control)
         quota_metrics.record_refusal(blocker.control)
 
 
-def _next_window_in(lease: Lease) -> float:
+def _next_window_in(lease: attempts.Lease) -> float:
     """Seconds until a rate window that is used up gives way to a new one."""
     retry_at = lease.gate.retry_at if lease.gate is not None else None
     if retry_at is None:
@@ -202,59 +85,144 @@ def _next_window_in(lease: Lease) -> float:
 
 # --- system tasks -------------------------------------------------------------
 # The system-task runner (executions.system_tasks.runner) leases like a worker,
-# across every namespace. Its lease is capped: a runner that dies mid-call is
-# noticed within SYSTEM_LEASE_S even when the policy's startToCloseTimeout is
-# an hour, and the attempt is offered again; every call is bounded below it.
+# across every namespace, and through the same gate: a system task's controls
+# are those of the task definition it names (``task_def_name``), shared with
+# SIMPLE tasks of that name. On PostgreSQL one statement leases the ready
+# system tasks whose definitions have no controls and names the (namespace,
+# definition) groups of those that have; each group is then leased through
+# its gate (``_lease_gated``). On SQLite every group goes through its gate.
+# The lease is capped: a runner that dies mid-call is noticed within
+# NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS even when the policy's
+# startToCloseTimeout is an hour, and the attempt is offered again; every
+# call is bounded below it.
+
+# A group whose gate let nothing through is tried again after this long at
+# the latest, sooner when its rate window ends or a freed notice names it.
+HOLD_RECHECK_S = 1.0
+
+Group = attempts.Group
+
 
 def system_lease_seconds(task_lease_s: float) -> float:
-    return min(task_lease_s, float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS))
+    return capped_seconds(task_lease_s, attempts.system_cap_s())
 
 
 def lease_system_tasks(*, worker_id: str, count: int = 1, task_id=None) -> list[Task]:
-    """Lease up to ``count`` ready system tasks of any namespace, highest
-    priority first; with ``task_id``, that task only (if it is ready)."""
-    now = clock.now()
-    token = secrets.token_urlsafe(18)
-    if connection.vendor == "postgresql":
-        leased = _lease_system_postgres(worker_id, count, token, now, task_id)
-        metrics.record_dispatch(leased)
-        return leased
-    ready = Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=now)
+    """Lease up to ``count`` ready system tasks of any namespace, each no
+    more than its task definition's controls allow; with ``task_id``, that
+    task only (if it is ready and its gate lets it through). Groups this
+    process saw held by a control come first, unless still held, so a
+    stream of uncontrolled tasks never starves them."""
     if task_id is not None:
-        ready = ready.filter(pk=task_id)
-    with transaction.atomic():
-        tasks = list(ready.order_by("-priority", "available_at").select_for_update(skip_locked=True)[:count])
-        for task in tasks:
-            task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
-            task.lease_token, task.last_heartbeat_at, task.deliveries = token, now, task.deliveries + 1
-            task.lease_expires_at = now + dt.timedelta(seconds=system_lease_seconds(task.lease_seconds))
-            Task.objects.filter(pk=task.id, status=TaskStatus.SCHEDULED).update(
-                status=task.status, started_at=now, worker_id=worker_id, lease_token=token,
-                lease_expires_at=task.lease_expires_at, last_heartbeat_at=now, deliveries=task.deliveries,
-            )
-    metrics.record_dispatch(tasks)
-    return tasks
+        return lease_system_task(task_id, worker_id=worker_id).tasks
+    token = secrets.token_urlsafe(18)
+    tried = _groups.due()
+    leased = _lease_groups(tried, worker_id, count, token)
+    if len(leased) < count:
+        found, named = attempts.lease_ungated_system(worker_id, count - len(leased), token, clock.now())
+        leased += found
+        _groups.saw(named)
+        leased += _lease_groups(_groups.due(among=[g for g in named if g not in tried]), worker_id,
+                                count - len(leased), token)
+    metrics.record_dispatch(leased)
+    return leased
 
 
-_LEASE_SYSTEM_SQL = """
-UPDATE executions_task AS t
-   SET status = 'IN_PROGRESS', started_at = %(now)s, worker_id = %(worker)s, lease_token = %(token)s,
-       lease_expires_at = %(now)s + make_interval(secs => LEAST(t.lease_seconds, %(cap)s)),
-       last_heartbeat_at = %(now)s, deliveries = t.deliveries + 1
- WHERE t.id IN (
-       SELECT id FROM executions_task
-        WHERE kind = 'system' AND status = 'SCHEDULED' AND NOT held AND available_at <= %(now)s {only}
-        ORDER BY priority DESC, available_at
-        LIMIT %(count)s
-          FOR UPDATE SKIP LOCKED)
-RETURNING {columns}
-"""
+def system_tasks_ready() -> bool:
+    """Whether a system task of any namespace is ready now."""
+    return Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False,
+                               available_at__lte=clock.now()).exists()
 
 
-def _lease_system_postgres(worker_id: str, count: int, token: str, now: dt.datetime, task_id) -> list[Task]:
-    statement = _LEASE_SYSTEM_SQL.format(
-        only="AND id = %(task)s" if task_id is not None else "", columns=sql.columns(Task, "t"),
-    )
-    params = {"now": now, "worker": worker_id, "token": token, "count": count, "task": task_id,
-              "cap": float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS)}
-    return sql.rows(Task, statement, params)
+def lease_system_task(task_id, *, worker_id: str) -> attempts.Lease:
+    """Lease the system task ``task_id`` if it is ready and its gate lets it
+    through (a Celery message names it). The gate, if it was asked, says why not."""
+    token = secrets.token_urlsafe(18)
+    task_id = uuid.UUID(str(task_id))
+    found, named = attempts.lease_ungated_system(worker_id, 1, token, clock.now(), task_id=task_id)
+    lease = attempts.Lease(found)
+    if not found and named:
+        lease = attempts.lease_gated(attempts.Pick(*named[0], system=True, task_id=task_id), worker_id, 1, token)
+        _count_held_back(lease, set())
+    metrics.record_dispatch(lease.tasks)
+    return lease
+
+
+def _lease_groups(groups: list[Group], worker_id: str, count: int, token: str) -> list[Task]:
+    leased: list[Task] = []
+    for group in groups:
+        if len(leased) >= count:
+            break
+        lease = attempts.lease_gated(attempts.Pick(*group, system=True), worker_id, count - len(leased), token)
+        _groups.after(group, lease)
+        leased += lease.tasks
+    return leased
+
+
+@dataclass(frozen=True)
+class _Hold:
+    recheck_at: float  # time.monotonic(): try the gate again by then in any case
+    retry_at: dt.datetime | None  # a used-up rate window's end
+    semaphores: tuple[str, ...]  # freed permits of these let it through too
+
+    def lapsed(self, now_s: float, now: dt.datetime) -> bool:
+        return now_s >= self.recheck_at or (self.retry_at is not None and now >= self.retry_at)
+
+
+class _SystemGroups:
+    """What this process knows of the ready system tasks one statement
+    cannot lease: the groups whose definitions have controls (on SQLite,
+    every group) as the last look named them, and those whose gate let
+    nothing through, until when. It only chooses which gates to try, and in
+    what order; every lease is decided by the gate under its lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[Group, _Hold | None] = {}
+
+    def due(self, among: list[Group] | None = None) -> list[Group]:
+        """The known groups (of ``among``) not held, in the order last named."""
+        now_s, now = time.monotonic(), clock.now()
+        with self._lock:
+            if among is None:
+                return [g for g, hold in self._known.items() if hold is None or hold.lapsed(now_s, now)]
+            return [g for g in among if (hold := self._known.get(g)) is None or hold.lapsed(now_s, now)]
+
+    def saw(self, groups: list[Group]) -> None:
+        """A look named these groups: they are the ones known now."""
+        with self._lock:
+            self._known = {group: self._known.get(group) for group in groups}
+
+    def after(self, group: Group, lease: attempts.Lease) -> None:
+        """What ``group``'s gate did: held everything back (counted once per
+        hold as a refusal of the control), or leased the last ready task."""
+        gate, newly_held = lease.gate, False
+        with self._lock:
+            if not lease.tasks and gate.blocker is not None:
+                newly_held = self._known.get(group) is None
+                self._known[group] = _Hold(time.monotonic() + HOLD_RECHECK_S, gate.retry_at, gate.controls.semaphores)
+            elif len(lease.tasks) < gate.allowance:
+                self._known.pop(group, None)  # none left: until a look names it again
+            else:
+                self._known[group] = None
+        if newly_held:
+            quota_metrics.record_refusal(gate.blocker.control)
+
+    def freed(self, namespace_id: int, name: str | None, semaphores: tuple[str, ...]) -> None:
+        """A slot of ``name`` or permits of ``semaphores`` were freed
+        (``notify.system_freed``, from any process): the groups that may
+        now go through are tried at the next lease."""
+        freed = set(semaphores)
+        with self._lock:
+            for (ns, definition), hold in self._known.items():
+                if hold is not None and ns == namespace_id and (definition == name or freed & set(hold.semaphores)):
+                    self._known[(ns, definition)] = None
+
+    def forget(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+
+_groups = _SystemGroups()
+notify.on_system_freed(_groups.freed)
+controls.on_forget(_groups.forget)  # a definition changed: its holds may no longer apply

@@ -167,8 +167,10 @@ class Task(models.Model):
                 condition=Q(status="SCHEDULED", held=False, kind="system"),
                 name="task_system_ready",
             ),
-            # In-flight tasks of one queue: concurrentExecLimit counts them at dequeue.
-            models.Index(fields=["namespace", "queue"], condition=Q(status="IN_PROGRESS"), name="task_in_flight"),
+            # In-flight tasks of one task definition: concurrentExecLimit counts
+            # them at dequeue, worker and system tasks alike (a SIMPLE task's
+            # queue is its definition's name; a system task's is "@TYPE").
+            models.Index(fields=["namespace", "task_def_name"], condition=Q(status="IN_PROGRESS"), name="task_in_flight"),
             # Expired leases, for the sweeper.
             models.Index(
                 fields=["lease_expires_at"], condition=Q(status="IN_PROGRESS"), name="task_lease_expiry"

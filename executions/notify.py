@@ -6,13 +6,19 @@ one listener thread that relays notifications to its waiting long-polls. On
 SQLite, and within one process, the hub is woken directly after commit; other
 processes fall back to re-checking at a short interval. Wake-ups are hints:
 the database is always re-read, so a lost one only costs latency.
+
+The system-task role listens on a channel of its own: "a system task is
+ready" (``SYSTEM_KEY``) and "a slot or permits that system tasks wait for
+were freed" (``system_freed``), which also names what was freed, for the
+hooks that act on it (which gates to try first; Celery messages).
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from django.db import connection, transaction
 
@@ -25,6 +31,8 @@ TASKS_CHANNEL = "nodeflow_tasks"
 SYSTEM_CHANNEL = "nodeflow_system"
 DECIDE_KEY = "decide"
 SYSTEM_KEY = "system"
+# A system_freed notification: this prefix, then JSON [namespace id, name, semaphores].
+FREED_PREFIX = "freed:"
 
 
 class Hub:
@@ -75,7 +83,39 @@ def _send(channel: str, key: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [channel, key])
-    transaction.on_commit(lambda: hub.wake(key))
+    transaction.on_commit(lambda: _deliver(key))
+
+
+FreedHook = Callable[[int, str | None, tuple[str, ...]], None]
+_freed_hooks: list[FreedHook] = []
+
+
+def on_system_freed(hook: FreedHook) -> None:
+    """Call ``hook(namespace_id, name, semaphores)`` for every ``system_freed``
+    this process hears: after its own commits, and relayed from other
+    processes by the listener thread (where a hook must not use the
+    database)."""
+    if hook not in _freed_hooks:
+        _freed_hooks.append(hook)
+
+
+def remove_system_freed(hook: FreedHook) -> None:
+    if hook in _freed_hooks:
+        _freed_hooks.remove(hook)
+
+
+def _deliver(key: str) -> None:
+    """Wake the waiters of ``key``; a freed notice runs the freed hooks and
+    wakes the system-task role."""
+    if key.startswith(FREED_PREFIX):
+        namespace_id, name, semaphores = json.loads(key[len(FREED_PREFIX):])
+        for hook in list(_freed_hooks):
+            try:
+                hook(namespace_id, name, tuple(semaphores))
+            except Exception:  # noqa: BLE001 - a wake-up is a hint; the next re-check finds the work
+                log.warning("a system_freed hook failed", exc_info=True)
+        key = SYSTEM_KEY
+    hub.wake(key)
 
 
 def task_ready(namespace_id: int, queue: str, kind: str) -> None:
@@ -96,9 +136,10 @@ def semaphore_key(namespace_id: int, name: str) -> str:
 
 
 def task_freed(namespace_id: int, queue: str, *, capped: bool, semaphores: tuple[str, ...]) -> None:
-    """Call inside the transaction that took a worker task out of
-    IN_PROGRESS: pollers waiting for the slot (``capped``) or the permits it
-    held try again the moment it commits (no fixed postpone)."""
+    """Call inside the transaction that took a worker or system task of the
+    task definition ``queue`` out of IN_PROGRESS: pollers waiting for the
+    slot (``capped``) or the permits it held try again the moment it commits
+    (no fixed postpone). System tasks waiting are woken by ``system_freed``."""
     if capped:
         _send_once(queue_key(namespace_id, queue))
     for name in semaphores:
@@ -106,17 +147,35 @@ def task_freed(namespace_id: int, queue: str, *, capped: bool, semaphores: tuple
 
 
 def semaphore_freed(namespace_id: int, name: str) -> None:
-    """Permits were added or released by hand: wake every queue naming it."""
+    """Permits were added or released by hand: wake every queue naming it,
+    and the system tasks that may wait for it."""
     _send_once(semaphore_key(namespace_id, name))
+    system_freed(namespace_id, None, (name,))
 
 
-def _send_once(key: str) -> None:
-    """``_send`` on the tasks channel, at most once per key per transaction
-    (a batch of results freeing many slots of one queue sends one)."""
-    sent = _sent_in_transaction()
-    if key not in sent:
-        sent.add(key)
-        _send(TASKS_CHANNEL, key)
+def system_freed(namespace_id: int, name: str | None, semaphores: tuple[str, ...]) -> None:
+    """Call inside the transaction that freed a slot of the task definition
+    ``name`` (None: none) or permits of ``semaphores``, when system tasks
+    may wait for them: when it commits, the system-task role of every
+    process tries again at once, and the freed hooks hear what was freed."""
+    _send_once(FREED_PREFIX + json.dumps([namespace_id, name, sorted(semaphores)]), SYSTEM_CHANNEL)
+
+
+def first_in_transaction(key: str) -> bool:
+    """True the first time ``key`` is asked in this transaction (always,
+    outside one): for work done once per transaction whatever its size."""
+    seen = _sent_in_transaction()
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
+    """``_send``, at most once per key per transaction (a batch of results
+    freeing many slots of one queue sends one)."""
+    if first_in_transaction(key):
+        _send(channel, key)
 
 
 def _sent_in_transaction() -> set[str]:
@@ -174,7 +233,7 @@ class _Listener(threading.Thread):
             conn.execute(f"LISTEN {self.channel}")
             while not self.stopping.is_set():
                 for note in conn.notifies(timeout=self.POLL_S):
-                    hub.wake(note.payload)
+                    _deliver(note.payload)
 
 
 _listener_lock = threading.Lock()

@@ -1,9 +1,16 @@
 """Answers to "why is my task not running?": queue depth and tasks in
-flight, which workers poll which queue and when they last did.
+flight, which workers poll which queue and when they last did, and whether
+the system-task runners have a free thread.
+
+A queue here is a task definition's name: its SIMPLE tasks (whose queue is
+that name) and its system tasks (which name it in ``task_def_name``) are
+counted together, as its controls count them.
 
 Polls are recorded cheaply: each process upserts (namespace, queue, worker)
 at most once per ``POLL_RECORD_S``, outside any transaction of the poll, so
-a busy worker costs one small write every few seconds, not one per poll.
+a busy worker costs one small write every few seconds, not one per poll. A
+system-task runner (the role, or a Celery worker) records itself the same
+way, in every namespace, as polling the pseudo-queue ``@system:<threads>``.
 """
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import DatabaseError
@@ -19,6 +27,7 @@ from django.db.models import Count, Max, Q
 from executions.models import Task, TaskStatus
 from metadata.models import TaskDefinition
 from nodeflow import clock
+from nodeflow.models import Namespace
 from quotas.models import WorkerPoll
 
 log = logging.getLogger(__name__)
@@ -27,6 +36,8 @@ POLL_RECORD_S = 5.0
 # A queue nobody polled for this long has no pollers (blockedBy noPollers).
 NO_POLLERS_S = 60.0
 _MAX_REMEMBERED = 50_000
+# The pseudo-queue a system-task runner polls: "@system:<its threads>".
+SYSTEM_QUEUE = "@system"
 
 _lock = threading.Lock()
 _recorded: dict[tuple[int, str, str], float] = {}
@@ -36,17 +47,38 @@ def record_poll(*, namespace_id: int, queue: str, worker_id: str) -> None:
     """Note that ``worker_id`` polls ``queue`` (at most every POLL_RECORD_S
     per process). A failure to record never fails the poll."""
     key = (namespace_id, queue, worker_id)
+    if _due(key):
+        _upsert_polls([namespace_id], queue, worker_id, key)
+
+
+def record_system_poll(*, worker_id: str, threads: int) -> None:
+    """Note that the system-task runner ``worker_id``, with ``threads``
+    calls at once, looks for work (at most every POLL_RECORD_S per process),
+    in every namespace: it serves them all."""
+    queue = f"{SYSTEM_QUEUE}:{threads}"
+    key = (0, queue, worker_id)
+    if _due(key):
+        _upsert_polls(Namespace.objects.values_list("id", flat=True), queue, worker_id, key)
+
+
+def _due(key: tuple[int, str, str]) -> bool:
     now_s = time.monotonic()
     with _lock:
         last = _recorded.get(key)
         if last is not None and now_s - last < POLL_RECORD_S:
-            return
+            return False
         if len(_recorded) > _MAX_REMEMBERED:
             _recorded.clear()
         _recorded[key] = now_s
+    return True
+
+
+def _upsert_polls(namespace_ids: Iterable[int], queue: str, worker_id: str, key: tuple[int, str, str]) -> None:
+    """One upsert; ``namespace_ids`` may be a query (read inside the guard)."""
+    now = clock.now()
     try:
         WorkerPoll.objects.bulk_create(
-            [WorkerPoll(namespace_id=namespace_id, queue=queue, worker_id=worker_id, last_poll_at=clock.now())],
+            [WorkerPoll(namespace_id=pk, queue=queue, worker_id=worker_id, last_poll_at=now) for pk in namespace_ids],
             update_conflicts=True, unique_fields=["namespace", "queue", "worker_id"], update_fields=["last_poll_at"],
         )
     except DatabaseError:
@@ -100,24 +132,35 @@ class QueueUse:
         return {"taskType": self.task_type, "depth": self.depth, "inFlight": self.in_flight}
 
 
-def _counts(namespace_id: int, queue: str | None = None) -> dict[str, tuple[int, int]]:
-    rows = Task.objects.filter(namespace_id=namespace_id, kind="worker", status__in=(TaskStatus.SCHEDULED, TaskStatus.IN_PROGRESS))
-    if queue is not None:
-        rows = rows.filter(queue=queue)
-    found = rows.values("queue").annotate(
-        depth=Count("id", filter=Q(status=TaskStatus.SCHEDULED, held=False)),
+def _counts(namespace_id: int, name: str | None = None) -> dict[str, tuple[int, int]]:
+    """(depth, in flight) by task definition name, of its worker and system
+    tasks. Each arm of the condition is one partial index: task_ready,
+    task_system_ready, task_in_flight."""
+    named = {} if name is None else {"task_def_name": name}
+    waiting = Q(status=TaskStatus.SCHEDULED, held=False)
+    rows = Task.objects.filter(
+        Q(waiting, kind="worker", **({} if name is None else {"queue": name}))
+        | Q(waiting, kind="system", **named)
+        | Q(status=TaskStatus.IN_PROGRESS, kind__in=("worker", "system"), **named),
+        namespace_id=namespace_id,
+    )
+    found = rows.values("task_def_name").annotate(
+        depth=Count("id", filter=Q(status=TaskStatus.SCHEDULED)),
         in_flight=Count("id", filter=Q(status=TaskStatus.IN_PROGRESS)),
     )
-    return {row["queue"]: (row["depth"], row["in_flight"]) for row in found}
+    return {row["task_def_name"]: (row["depth"], row["in_flight"]) for row in found}
 
 
 def queue_use(*, namespace_id: int, queue: str) -> QueueUse:
+    """The depth and tasks in flight of the task definition ``queue``: its
+    SIMPLE tasks and the system tasks naming it."""
     depth, in_flight = _counts(namespace_id, queue).get(queue, (0, 0))
     return QueueUse(queue, depth, in_flight)
 
 
 def queues(*, namespace_id: int) -> list[QueueUse]:
-    """Every worker queue with open tasks, and every task definition's queue."""
+    """Every task definition, and every other name that worker or system
+    tasks in the namespace open now carry (a task without a definition)."""
     counts = _counts(namespace_id)
     names = set(counts) | set(TaskDefinition.objects.filter(namespace_id=namespace_id).values_list("name", flat=True))
     return [QueueUse(name, *counts.get(name, (0, 0))) for name in sorted(names)]
@@ -133,3 +176,33 @@ def workers(*, namespace_id: int, queue: str | None = None) -> list[dict]:
         entry = by_worker.setdefault(worker_id, {"workerId": worker_id, "lastPollAt": at, "queues": []})
         entry["queues"].append({"taskType": name, "lastPollAt": at})
     return list(by_worker.values())
+
+
+@dataclass(frozen=True)
+class RunnerUse:
+    """The system-task runners that polled in a namespace in the last
+    NO_POLLERS_S: their threads together, the system tasks in flight on them
+    (any namespace's: they share the runners), and the latest poll of any
+    runner (older ones too)."""
+
+    last_poll: dt.datetime | None
+    threads: int
+    in_flight: int
+
+    @property
+    def full(self) -> bool:
+        return self.threads > 0 and self.in_flight >= self.threads
+
+
+def runner_use(*, namespace_id: int, now: dt.datetime) -> RunnerUse:
+    horizon = now - dt.timedelta(seconds=NO_POLLERS_S)
+    polls = WorkerPoll.objects.filter(namespace_id=namespace_id, queue__startswith=f"{SYSTEM_QUEUE}:")
+    seen = list(polls.values_list("queue", "worker_id", "last_poll_at"))
+    live = {worker: int(threads) for queue, worker, at in seen
+            if at >= horizon and (threads := queue.rpartition(":")[2]).isdigit()}
+    last = max((at for _, _, at in seen), default=None)
+    if not live:
+        return RunnerUse(last, 0, 0)
+    flying = Task.objects.filter(status=TaskStatus.IN_PROGRESS, kind="system", worker_id__in=list(live),
+                                 lease_expires_at__gt=now).count()
+    return RunnerUse(last, sum(live.values()), flying)

@@ -13,6 +13,7 @@ LIMIT_REFUSALS = Counter(
 
 def record_refusal(control: str) -> None:
     """Count at once, not on commit: the refused transaction rolls back, the
-    refusal stands. ``control`` is the name the 429 gives (``concurrentExecLimit``,
-    ``semaphore:<name>``, ``quota:<quota>``…)."""
+    refusal stands. ``control`` is the name the 429 or ``blockedBy`` gives
+    (``concurrentExecLimit``, ``semaphore:<name>``, ``quota:<quota>``, and
+    ``runnerCapacity`` when the system-task role has no free thread…)."""
     LIMIT_REFUSALS.labels(control).inc()

@@ -17,6 +17,15 @@ from nodeflow.keys import clear_caches, create_api_key
 pytest_plugins = ["tests.system_helpers"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _row_owners():
+    """Only each engine table's owner module writes it (tests/row_owners.py)."""
+    from tests import row_owners
+
+    row_owners.install()
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _reset_process_state():
     """The clock, and the in-process key/namespace caches (rows are rolled

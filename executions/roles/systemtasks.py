@@ -1,5 +1,6 @@
 """The system-task role (without Celery): leases ready system tasks of every
-namespace and runs each on a small thread pool.
+namespace, each through its task definition's gate (``dispatch.lease_system_tasks``),
+and runs each on a small thread pool.
 
 Each tick leases one task if a thread is free and hands it to the pool; the
 loop ticks again at once while there is work. It waits when the pool is full
@@ -8,6 +9,13 @@ process, or on PostgreSQL in any process, wakes it; a retry whose delay just
 ended wakes nobody, so it is found within ``idle_wait_s``). Any number of
 copies may run: leases are taken with SKIP LOCKED. On stop, running calls
 finish (each is bounded by its lease) before the role exits.
+
+A task held by its definition's controls is tried again the moment a slot
+or permit it waits for is freed, in any process (``notify.system_freed``
+wakes the role), or when its rate window ends. Each tick records the role's
+poll and thread count (``diagnostics.record_system_poll``, every few
+seconds), from which ``blockedBy`` tells a task waiting for a free thread
+(``runnerCapacity``) from one no runner looks at (``noPollers``).
 """
 from __future__ import annotations
 
@@ -22,6 +30,8 @@ from executions import breakers, dispatch, notify
 from executions.models import Task
 from executions.system_tasks import runner
 from nodeflow.loop import Role
+from quotas import diagnostics
+from quotas import metrics as quota_metrics
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +46,7 @@ class SystemTaskRole(Role):
         self.worker = runner.worker_id(self.name)
         self.free = threading.BoundedSemaphore(self.threads)
         self.pool: ThreadPoolExecutor | None = None
+        self.full_counted = False  # runnerCapacity counted for this spell of a full pool
 
     def on_start(self) -> None:
         notify.hub.attach(notify.SYSTEM_KEY, self.wake)
@@ -43,8 +54,11 @@ class SystemTaskRole(Role):
 
     def tick(self) -> bool:
         breakers.report_if_due()
+        diagnostics.record_system_poll(worker_id=self.worker, threads=self.threads)
         if not self.free.acquire(blocking=False):
+            self._count_full()
             return False  # every thread is busy; the next to finish wakes the loop
+        self.full_counted = False
         try:
             leased = dispatch.lease_system_tasks(worker_id=self.worker, count=1)
         except BaseException:
@@ -65,9 +79,17 @@ class SystemTaskRole(Role):
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
 
+    def _count_full(self) -> None:
+        """No free thread while system tasks are ready: counted once per spell
+        as a refusal by ``runnerCapacity`` (the metrics' control label)."""
+        if not self.full_counted and dispatch.system_tasks_ready():
+            self.full_counted = True
+            quota_metrics.record_refusal("runnerCapacity")
+
     def run_once(self) -> int:
         """Run every ready system task in this thread, one after another
         (``--once`` and tests: nothing is left running on return)."""
+        diagnostics.record_system_poll(worker_id=self.worker, threads=self.threads)
         count = 0
         while runner.run_next(worker=self.worker):
             count += 1

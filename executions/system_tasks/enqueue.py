@@ -8,6 +8,14 @@ process, and the hook installed here sends one message per system task that
 became ready since FRESH_S ago (or will be, after a retry delay: such a
 message is delayed until then), each once per process.
 
+A task that its definition's controls hold back is not left to the
+recovery sweep: the worker that found it held by a used-up rate window
+sends it again for when the window ends (``runner.run_task``), and the
+commit that frees a slot or permits it waits for sends the waiting tasks
+that may now go, as many as their gates allow (``send_freed``, a
+``notify.system_freed`` hook; not deduplicated, since the task's earlier
+message was spent on the refusal).
+
 Nothing depends on a message arriving. A lost message, a killed worker, a
 task released by resume: the beat task ``nodeflow.recover_system_tasks``
 re-sends tasks that have been ready for RECOVER_AFTER_S, and an expired
@@ -21,11 +29,14 @@ import threading
 import time
 import uuid
 
+from celery.signals import celeryd_after_setup
 from django.conf import settings
 
 from executions import notify
 from executions.models import Task, TaskStatus
+from metadata.models import TaskDefinition
 from nodeflow import clock
+from quotas.gate import open_gate
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +59,7 @@ class _Hook:
     after each commit that made a system task ready."""
 
     def set(self) -> None:
-        if threading.current_thread().name.startswith(LISTENER_THREAD_PREFIX):
-            # Relayed by LISTEN from another process, whose own hook sends
-            # its messages (and this thread must not hold a connection).
+        if _in_listener():
             return
         try:
             send_fresh()
@@ -65,10 +74,18 @@ def install() -> None:
     """Send messages after commits in this process (if Celery is configured)."""
     if settings.CELERY_BROKER_URL:
         notify.hub.attach(notify.SYSTEM_KEY, HOOK)
+        notify.on_system_freed(send_freed)
 
 
 def uninstall() -> None:
     notify.hub.unregister(notify.SYSTEM_KEY, HOOK)
+    notify.remove_system_freed(send_freed)
+
+
+def _in_listener() -> bool:
+    # Relayed by LISTEN from another process, whose own hooks send its
+    # messages (and this thread must not hold a connection).
+    return threading.current_thread().name.startswith(LISTENER_THREAD_PREFIX)
 
 
 def _waiting():
@@ -87,6 +104,37 @@ def send_overdue() -> int:
     before = clock.now() - dt.timedelta(seconds=RECOVER_AFTER_S)
     rows = _waiting().filter(available_at__lte=before).order_by("-priority", "available_at")
     return _send(list(rows.values_list("id", "available_at")[:BATCH]))
+
+
+def send_freed(namespace_id: int, name: str | None, semaphores: tuple[str, ...]) -> None:
+    """After a commit of this process freed a slot of the task definition
+    ``name`` or permits of ``semaphores``: a message for each waiting system
+    task that may go now (of that definition, or of any naming those
+    semaphores), as many per definition as its gate allows."""
+    if _in_listener():
+        return
+    try:
+        waiting = _waiting().filter(namespace_id=namespace_id, task_def_name__in=_sharing(namespace_id, name, semaphores),
+                                    available_at__lte=clock.now())
+        by_definition: dict[str, list[uuid.UUID]] = {}
+        for task_id, definition in waiting.order_by("-priority", "available_at").values_list("id", "task_def_name")[:BATCH]:
+            by_definition.setdefault(definition, []).append(task_id)
+        for definition, ids in by_definition.items():
+            allowance = open_gate(namespace_id=namespace_id, queue=definition, want=len(ids), lock=False).allowance
+            for task_id in ids[:allowance]:
+                _publish(str(task_id), countdown=None)
+    except Exception:  # noqa: BLE001 - the broker may be down; the beat recovers
+        log.warning("could not hand freed system tasks to Celery; the recovery sweep will", exc_info=True)
+
+
+def _sharing(namespace_id: int, name: str | None, semaphores: tuple[str, ...]) -> set[str]:
+    """``name`` and the task definitions naming any of ``semaphores``."""
+    names = {name} if name else set()
+    if semaphores:
+        wanted = set(semaphores)
+        rows = TaskDefinition.objects.filter(namespace_id=namespace_id).values_list("name", "semaphores")
+        names |= {definition for definition, named in rows if wanted & set(named or ())}
+    return names
 
 
 def send_later(task_id: uuid.UUID | str, after_s: float) -> None:
@@ -121,3 +169,21 @@ def _publish(task_id: str, *, countdown: float | None) -> None:
     # retry=False: a broker that is down fails this send at once rather than
     # holding up the request that committed (the recovery sweep re-sends).
     app.send_task(RUN_TASK, args=[task_id], countdown=countdown, retry=False)
+
+
+# --- the worker's pool ----------------------------------------------------------
+# How many system tasks this Celery worker process runs at once, for the
+# runner's recorded polls (blockedBy runnerCapacity): the pool's concurrency
+# for a pool of threads (one process), 1 for each process of a prefork pool.
+_pool_size: int | None = None
+
+
+@celeryd_after_setup.connect(weak=False)
+def _note_pool_size(sender, instance, **kwargs) -> None:
+    global _pool_size
+    module = getattr(instance.pool_cls, "__module__", "") or ""
+    _pool_size = 1 if module.endswith((".prefork", ".solo")) else int(instance.concurrency or 1)
+
+
+def pool_size() -> int:
+    return _pool_size or 1

@@ -1,7 +1,8 @@
 """Runs system tasks: lease one, call its hook, report the result.
 
 The database stays the truth. The runner leases a task as a worker does
-(``dispatch.lease_system_tasks``: a lease token, SKIP LOCKED), runs the
+(``dispatch.lease_system_tasks``: a lease token, SKIP LOCKED, through the
+gate of the task definition the task names), runs the
 type's hook in this process, and reports through
 ``results.report_result`` with that token; the result and the decision it
 causes commit together. If the runner dies, the lease expires and the
@@ -23,15 +24,19 @@ import uuid
 
 from executions import breakers, dispatch, results
 from executions.models import Task
-from executions.system_tasks import registry
+from executions.system_tasks import enqueue, registry
 from executions.system_tasks.base import Context, Outcome, RetryableError, TaskFailure
+from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
+from quotas import diagnostics
 
 log = logging.getLogger(__name__)
 
 # A hook must answer this long before its lease ends, so its report is not stale.
 LEASE_MARGIN_S = 5.0
+# A task held by a rate window is offered again this long after the window ends.
+WINDOW_MARGIN_S = 0.01
 
 
 def worker_id(role: str) -> str:
@@ -47,11 +52,20 @@ def run_next(*, worker: str) -> bool:
 
 
 def run_task(task_id: uuid.UUID | str, *, worker: str) -> Outcome | TaskFailure | None:
-    """Lease and run the task ``task_id`` if it is ready (a Celery message
-    names it); None when it is not (already run, leased, canceled, or not
-    due yet): nothing to do."""
-    leased = dispatch.lease_system_tasks(worker_id=worker, count=1, task_id=uuid.UUID(str(task_id)))
-    return run_leased(leased[0]) if leased else None
+    """Lease and run the task ``task_id`` if it is ready and its task
+    definition's controls let it through (a Celery message names it). None
+    when not: already run, leased, canceled, not due yet, or held. A task
+    held by a used-up rate window gets a message for when the window ends;
+    one held for a slot or permits gets one when they are freed
+    (``enqueue.send_freed``)."""
+    diagnostics.record_system_poll(worker_id=worker, threads=enqueue.pool_size())
+    lease = dispatch.lease_system_task(task_id, worker_id=worker)
+    if lease.tasks:
+        return run_leased(lease.tasks[0])
+    retry_at = lease.gate.retry_at if lease.gate is not None else None
+    if retry_at is not None:
+        enqueue.send_later(task_id, max((retry_at - clock.now()).total_seconds(), 0.0) + WINDOW_MARGIN_S)
+    return None
 
 
 def run_leased(task: Task) -> Outcome | TaskFailure:

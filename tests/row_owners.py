@@ -1,0 +1,71 @@
+"""The row owners, enforced while the suite runs.
+
+Each engine table has one owner module, the only product code that writes
+it (docs/engine.md, "Who writes what"). Every connection the test process
+opens gets an execute wrapper that looks at each INSERT, UPDATE and DELETE
+on those tables and finds the product module that issued it (the first
+frame of the project's own code, skipping the SQL helpers and Django); a
+write from any other module raises ``NotTheOwner``, so the test that walked
+that path fails. Tests themselves may write rows to set a scene.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+from django.db.backends.signals import connection_created
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OWNERS = {
+    "executions_task": "executions/attempts.py",
+    "executions_execution": "executions/runs.py",
+    "executions_timer": "executions/runs.py",
+    "executions_deciderequest": "executions/runs.py",
+}
+_WRITE = re.compile(r'\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(' + "|".join(OWNERS) + r')"?[\s(]', re.IGNORECASE)
+# Project files that only carry a statement for their caller.
+_CARRIERS = {"executions/sql.py"}
+
+
+class NotTheOwner(AssertionError):
+    pass
+
+
+def writer(statement: str, depth: int = 1) -> tuple[str, str] | None:
+    """(table, project file that issued the write) for a write to an owned
+    table; None for anything else, or for a write from a test."""
+    found = _WRITE.search(statement)
+    if found is None:
+        return None
+    frame = sys._getframe(depth)
+    while frame is not None:
+        path = pathlib.Path(frame.f_code.co_filename)
+        if path.is_relative_to(ROOT) and ".venv" not in path.parts:
+            relative = path.relative_to(ROOT).as_posix()
+            if relative not in _CARRIERS and relative != "tests/row_owners.py":
+                return None if relative.startswith("tests/") else (found.group(1).lower(), relative)
+        frame = frame.f_back
+    return None
+
+
+def check(execute, sql, params, many, context):
+    found = writer(sql if isinstance(sql, str) else str(sql))
+    if found is not None and OWNERS[found[0]] != found[1]:
+        table, module = found
+        raise NotTheOwner(f"{module} writes {table}; only {OWNERS[table]} may")
+    return execute(sql, params, many, context)
+
+
+def _install(sender, connection, **kwargs) -> None:
+    if check not in connection.execute_wrappers:
+        connection.execute_wrappers.append(check)
+
+
+def install() -> None:
+    """Guard every connection of this process, present and future."""
+    from django.db import connections
+
+    connection_created.connect(_install, dispatch_uid="nodeflow-row-owners")
+    for connection in connections.all(initialized_only=True):
+        _install(None, connection)
