@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from rest_framework import authentication, exceptions, permissions
 
+from nodeflow import throttling
 from nodeflow.keys import resolve_api_key
 from nodeflow.models import Role
 
@@ -69,18 +70,35 @@ class Principal:
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """The ``x-api-key`` header. A client that keeps failing is throttled
+    (nodeflow.throttling) before its key is even looked at; a key that
+    cannot exist (not the shape every key has) costs no database query."""
+
     def authenticate(self, request):
         raw = request.headers.get(API_KEY_HEADER)
         if raw is None:
             return None
+        client = client_address(request)
+        wait = throttling.wait_s(client)
+        if wait is not None:
+            raise exceptions.Throttled(wait=max(1.0, wait), detail=(
+                "too many failed authentications from this address; "
+                f"try again in {max(1, int(-(-wait // 1)))} s (NODE_FLOW_AUTH_FAILURES_PER_MINUTE)"))
         key = resolve_api_key(raw.strip())
         if key is None:
+            throttling.failed(client)
             raise exceptions.AuthenticationFailed("unknown or revoked API key")
         return Principal(role=key.role, namespace=key.namespace, label=f"key {key.prefix}", key_id=key.id), key
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) when no credentials were given.
         return API_KEY_HEADER
+
+
+def client_address(request) -> str:
+    """The peer's address (a proxy in front should be the one to throttle by
+    its own client header; Node Flow does not trust forwarded headers)."""
+    return request.META.get("REMOTE_ADDR") or "unknown"
 
 
 class StaffSessionAuthentication(authentication.SessionAuthentication):

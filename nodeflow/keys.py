@@ -5,6 +5,7 @@ in another process stops working within that time (at once in this one).
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from django.db import transaction
 
 from nodeflow import clock
 from nodeflow.fields import is_name
-from nodeflow.models import ApiKey, Namespace, Role, hash_key
+from nodeflow.models import KEY_PREFIX, ApiKey, Namespace, Role, hash_key
 
 
 def ensure_namespace(*, name: str) -> Namespace:
@@ -46,6 +47,8 @@ def revoke_api_key(*, key_id: int) -> bool:
 
 
 CACHE_S = 5.0
+# KEY_PREFIX, then secrets.token_urlsafe(32): 43 characters of base64url.
+_KEY_SHAPE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{43}")
 _lock = threading.Lock()
 _keys: dict[str, tuple[float, "ResolvedKey"]] = {}
 _namespaces: dict[str, tuple[float, Namespace]] = {}
@@ -65,9 +68,17 @@ def clear_caches() -> None:
         _namespaces.clear()
 
 
+def could_be_a_key(raw: str) -> bool:
+    """Whether ``raw`` has the shape of every key ApiKey.generate makes."""
+    return _KEY_SHAPE.fullmatch(raw) is not None
+
+
 def resolve_api_key(raw: str) -> ResolvedKey | None:
-    """The active key matching ``raw``, or None. Unknown keys are not cached:
-    a key just created in another process works at once."""
+    """The active key matching ``raw``, or None. A string that cannot be a
+    key is refused without a query; unknown keys are not cached: a key just
+    created in another process works at once."""
+    if not could_be_a_key(raw):
+        return None
     digest = hash_key(raw)
     hit = _keys.get(digest)
     if hit is not None and hit[0] > time.monotonic():

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hmac
 import logging
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Count, Min
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import values
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -295,5 +297,21 @@ def scrape_registry() -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """``GET /metrics``: the Prometheus text format."""
+    """``GET /metrics``: the Prometheus text format. With
+    ``NODE_FLOW_METRICS_KEY`` set, only for a request that presents it, as
+    ``Authorization: Bearer <key>`` (Prometheus's ``bearer_token``) or in
+    ``x-api-key``; anything else is a 401 that says how."""
+    if settings.NODE_FLOW_METRICS_KEY and not _presents_metrics_key(request):
+        return JsonResponse(
+            {"error": "UNAUTHENTICATED", "message": "GET /metrics needs NODE_FLOW_METRICS_KEY: send it as "
+                                                     "'Authorization: Bearer <key>' or in the x-api-key header"},
+            status=401, headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
     return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+def _presents_metrics_key(request: HttpRequest) -> bool:
+    expected = settings.NODE_FLOW_METRICS_KEY.encode()
+    bearer = request.headers.get("authorization", "")
+    offered = bearer[7:].strip() if bearer[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    return hmac.compare_digest(offered.encode(), expected)

@@ -184,6 +184,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = NODE_FLOW_MAX_BODY_BYTES
 # Deepest nesting of a JSON (or YAML) value: request bodies deeper get 400,
 # script results and HTTP replies deeper fail their task (nodeflow/nesting.py).
 NODE_FLOW_MAX_JSON_DEPTH = env.int("NODE_FLOW_MAX_JSON_DEPTH", default=100)
+# Failed authentications a client address may make per minute (per API
+# process) before it is answered 429 without a lookup (nodeflow.throttling).
+NODE_FLOW_AUTH_FAILURES_PER_MINUTE = env.int("NODE_FLOW_AUTH_FAILURES_PER_MINUTE", default=30)
+# When set, GET /metrics needs it: "Authorization: Bearer <key>" (what
+# Prometheus sends with bearer_token) or the x-api-key header.
+NODE_FLOW_METRICS_KEY = env("NODE_FLOW_METRICS_KEY", default="")
 
 # --- Engine -------------------------------------------------------------------
 def _gc_threshold(raw: str) -> tuple[int, ...]:

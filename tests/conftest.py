@@ -44,10 +44,12 @@ def _reset_process_state():
 def _forget_controls() -> None:
     """Task-definition controls seen at dequeue and recorded polls are
     remembered per process; the rows behind them are rolled back."""
+    from nodeflow import throttling
     from quotas import controls, diagnostics
 
     controls.forget()
     diagnostics.forget_polls()
+    throttling.forget()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ Every request is recorded in ``server.requests``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -101,18 +102,28 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on loopback answering with ``handler``, for the
+    block; yields its base URL. Handlers still running when the block ends
+    must have been let go by then (shutdown waits for the serving loop)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.fixture
 def http_server() -> Iterator[Server]:
     server = Server()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
-    httpd.daemon_threads = True
-    server.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.release.set()
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_handler(server)) as server.base:
+        yield server
+        server.release.set()
 
 
 def run_system_tasks() -> int:

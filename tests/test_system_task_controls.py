@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.db import connection
@@ -29,7 +29,7 @@ from executions.system_tasks import enqueue, runner
 from nodeflow import clock
 from tests.engine_helpers import complete, execution, poll, register, simple, start, sweep, task_at, task_def
 from tests.procs.stack import Stack, live_database_url
-from tests.system_helpers import http_task, run_system_tasks
+from tests.system_helpers import http_task, run_system_tasks, serving
 from tests import test_celery_systemtasks as celery_tests
 
 WAIT_S = 20.0
@@ -129,16 +129,10 @@ def _handler(gauge: Gauge) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def gauge() -> Iterator[Gauge]:
     found = Gauge()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(found))
-    httpd.daemon_threads = True
-    found.base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield found
-    found.holding = False
-    found.let_go(1000)
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_handler(found)) as found.base:
+        yield found
+        found.holding = False
+        found.let_go(1000)
 
 
 # --- helpers --------------------------------------------------------------------
