@@ -335,15 +335,14 @@ def record_results(planned: list[tuple[Task, dict[str, Any], str]], *, now: dt.d
     live at ``now`` (``lease_is_live``). Results that set the
     same columns under the same token (a worker finishing what one poll gave
     it) are written by one statement."""
-    writes: dict[tuple[str, tuple], tuple[dict, list[uuid.UUID]]] = {}
+    writes: dict[tuple[str, tuple], tuple[dict, dict[uuid.UUID, None]]] = {}
     for task, values, token in planned:
-        ids = writes.setdefault((token, sql.same_values_key(values)), (values, []))[1]
-        if task.id not in ids:  # the same renewal twice in one batch
-            ids.append(task.id)
+        # A dict keeps the order and writes the same renewal twice in one batch once.
+        writes.setdefault((token, sql.same_values_key(values)), (values, {}))[1][task.id] = None
     for (token, _), (values, ids) in writes.items():
         # Nothing changes an IN_PROGRESS row's status or token without its
         # execution's lock, which the caller holds.
-        where = {"id": ids, "status": TaskStatus.IN_PROGRESS, "lease_token": token, "lease_expires_at__gt": now}
+        where = {"id": list(ids), "status": TaskStatus.IN_PROGRESS, "lease_token": token, "lease_expires_at__gt": now}
         if sql.update(Task, values=values, where=where) != len(ids):
             raise RuntimeError("task rows changed under their executions' locks")
     for task, values, _ in planned:

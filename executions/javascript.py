@@ -19,6 +19,8 @@ from typing import Any
 from py_mini_racer import MiniRacer
 from py_mini_racer import _exc as js_exc
 
+from django.conf import settings
+
 from nodeflow.nesting import is_storable, max_depth, too_deep
 
 DECIDER_TIMEOUT_S = 0.5
@@ -60,6 +62,11 @@ def evaluate(code: str, value: Any, *, timeout_s: float = DECIDER_TIMEOUT_S, max
 
 
 def _parsed(result: str) -> Any:
+    limit = settings.NODE_FLOW_MAX_BODY_BYTES
+    if len(result) > limit or len(result.encode("utf-8")) > limit:
+        # The same bound as any task output (a worker's outputData is one body).
+        raise ScriptError(f"the script's result is larger than {limit} bytes (NODE_FLOW_MAX_BODY_BYTES, "
+                          "the limit of every task output)")
     try:
         value = json.loads(result)
     except RecursionError:

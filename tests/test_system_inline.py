@@ -63,6 +63,22 @@ def test_it_stops_a_script_that_allocates_without_bound(api):
     assert "memory limit (16 MiB)" in task["reasonForIncompletion"]
 
 
+@override_settings(NODE_FLOW_MAX_BODY_BYTES=64 * 1024)
+def test_a_script_result_is_bounded_like_any_task_output(api):
+    # A worker's outputData is one body, at most NODE_FLOW_MAX_BODY_BYTES; a
+    # script's result is held to the same, not stored (and served) whole.
+    task = task_at(run_one(api, inline("'x'.repeat(70 * 1024)")), "t")
+    assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
+    assert "NODE_FLOW_MAX_BODY_BYTES" in task["reasonForIncompletion"]
+    assert task["outputData"] == {}
+
+
+@override_settings(NODE_FLOW_MAX_BODY_BYTES=64 * 1024)
+def test_a_script_result_under_the_bound_is_kept(api):
+    task = task_at(run_one(api, inline("'x'.repeat(60 * 1024)")), "t")
+    assert task["status"] == "COMPLETED" and len(task["outputData"]["result"]) == 60 * 1024
+
+
 def test_it_still_runs_scripts_after_one_ran_out_of_memory(api):
     with override_settings(NODE_FLOW_INLINE_MAX_MEMORY_MB=16):
         run_one(api, inline("const a = []; while (true) { a.push(new Array(100000).fill(1)) }"))
