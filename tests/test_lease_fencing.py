@@ -70,3 +70,57 @@ def test_a_heartbeat_in_time_keeps_the_lease_live(api, pool):
     assert api.post(f"tasks/{first['taskId']}/heartbeat", {"leaseToken": first["leaseToken"]}).status_code == 200
     clock.advance(1.5)  # 3 s after the lease was taken, 1.5 s after the heartbeat
     assert report(api, first).status_code == 200
+
+
+# --- across processes, on PostgreSQL ----------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_api_processes_never_let_an_expired_lease_report(tmp_path):
+    """The sequence of the issue with real processes and no sweeper at all:
+    two API processes, worker a on one, worker b on the other. Worker a's
+    lease is made to have expired (its row says so: what a silence of 2.5 s
+    would leave), b takes the freed permit, and a's heartbeat and result are
+    refused by the other process. No clock is moved and nothing sleeps."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("several processes on one database need PostgreSQL")
+    import httpx
+
+    from nodeflow.keys import create_api_key
+    from tests.procs.stack import Stack, free_port, live_database_url
+
+    key = create_api_key(role="admin", namespace="default")[1]
+    stack = Stack(live_database_url())
+    try:
+        one, two = stack.add_api("api-1"), stack.add_api("api-2", port=free_port())
+        stack.wait_for_api(url=one)
+        stack.wait_for_api(url=two)
+        a = httpx.Client(base_url=f"{one}/v1/ns/default/", headers={"x-api-key": key}, timeout=30)
+        b = httpx.Client(base_url=f"{two}/v1/ns/default/", headers={"x-api-key": key}, timeout=30)
+        assert a.put("semaphores/pool", json={"permits": 1}).status_code in (200, 201)
+        assert a.post("metadata/task-definitions", json={"name": "fenced", "semaphores": ["pool"],
+                                                          "heartbeatTimeout": 2}).status_code in (200, 201)
+        assert a.post("metadata/workflow-definitions", json={
+            "name": "wf_fenced", "tasks": [{"name": "fenced", "taskReferenceName": "t"}]}).status_code == 201
+        for _ in range(2):
+            assert a.post("executions", json={"name": "wf_fenced"}).status_code == 201
+        (first,) = a.post("tasks/poll/fenced", json={"workerId": "a", "count": 1}).json()
+        assert b.post("tasks/poll/fenced", json={"workerId": "b", "count": 1}).json() == []  # the permit is a's
+        with connection.cursor() as cursor:  # a goes quiet: its lease runs out
+            cursor.execute("UPDATE executions_task SET lease_expires_at = now() - interval '0.5 seconds' WHERE id = %s",
+                           [first["taskId"]])
+        (second,) = b.post("tasks/poll/fenced", json={"workerId": "b", "count": 1}).json()
+
+        late = a.post(f"tasks/{first['taskId']}/heartbeat", json={"leaseToken": first["leaseToken"]})
+        result = a.post(f"tasks/{first['taskId']}/result", json={"leaseToken": first["leaseToken"], "status": "COMPLETED"})
+
+        assert (late.status_code, result.status_code) == (409, 409), (late.json(), result.json())
+        assert b.get("semaphores/pool").json()["held"] == 1
+        assert Task.objects.get(pk=first["taskId"]).status == "IN_PROGRESS"  # the sweeper (not running) decides
+        ok = b.post(f"tasks/{second['taskId']}/result", json={"leaseToken": second["leaseToken"], "status": "COMPLETED"})
+        assert ok.status_code == 200
+    finally:
+        stack.stop()
