@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 
 from nodeflow.admin_support import report_each
 from nodeflow.keys import create_api_key, ensure_namespace, revoke_api_key
-from nodeflow.models import ApiKey, Namespace
+from nodeflow.models import ApiKey, Namespace, Secret
 
 
 @admin.register(Namespace)
@@ -28,6 +28,27 @@ class NamespaceAdmin(admin.ModelAdmin):
         created = ensure_namespace(name=obj.name)
         obj.pk, obj.created_at = created.pk, created.created_at
         obj._state.adding = False
+
+
+@admin.register(Secret)
+class SecretAdmin(admin.ModelAdmin):
+    """Which secrets each namespace has; never their values (set them
+    through ``PUT /v1/ns/{ns}/secrets/{name}``)."""
+
+    list_display = ("name", "namespace", "created_at", "updated_at")
+    list_filter = ("namespace",)
+    search_fields = ("name", "namespace__name")
+    fields = readonly_fields = ("namespace", "name", "created_at", "updated_at")
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # through the API, where an admin key is checked
 
 
 @admin.register(ApiKey)

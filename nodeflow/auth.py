@@ -31,6 +31,7 @@ class Scope(StrEnum):
     CONTROLS_READ = "controls:read"
     CONTROLS_WRITE = "controls:write"
     QUOTAS = "quotas"
+    SECRETS = "secrets"
 
 
 ROLE_SCOPES: dict[str, frozenset[Scope]] = {

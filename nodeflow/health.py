@@ -123,7 +123,8 @@ def check_circuit_breaker() -> list[Finding]:
 
 def check_webhook_secrets() -> list[Finding]:
     raw = settings.NODE_FLOW_WEBHOOK_SECRETS
-    fix = 'set NODE_FLOW_WEBHOOK_SECRETS to a JSON object of secretName → secret, e.g. {"partner": "s3cr3t"}'
+    fix = ('set NODE_FLOW_WEBHOOK_SECRETS to a JSON object of "<namespace>/<secretName>" → secret, '
+           'e.g. {"default/partner": "s3cr3t"}, or PUT /v1/ns/{ns}/secrets/{name}')
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError as exc:
@@ -133,6 +134,10 @@ def check_webhook_secrets() -> list[Finding]:
     bad = sorted(str(name) for name, secret in value.items() if not isinstance(secret, str) or not secret)
     if bad:
         return [Finding(FAIL, "webhook_secrets", f"secrets that are not non-empty strings: {', '.join(bad)}", fix)]
+    unscoped = sorted(str(name) for name in value if "/" not in str(name))
+    if unscoped:
+        return [Finding(WARN, "webhook_secrets", f"secrets without a namespace are ignored (a task uses only its own "
+                        f"namespace's): {', '.join(unscoped)}", fix)]
     return [Finding(OK, "webhook_secrets", f"{len(value)} secret(s)")]
 
 

@@ -61,3 +61,21 @@ class ApiKey(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+
+class Secret(models.Model):
+    """A secret of one namespace (a WEBHOOK's signing key), referenced by
+    name from its tasks. Set through the API (admin key) and never shown
+    back: neither the API nor the admin ever renders ``value``."""
+
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=128, validators=[name_validator])
+    value = models.TextField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="secret_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace_id}/{self.name}"

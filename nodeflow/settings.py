@@ -240,7 +240,8 @@ NODE_FLOW_OUTBOUND_DENY = env.list(
              "metadata.google.internal", "metadata.goog"],
 )
 NODE_FLOW_OUTBOUND_ALLOW = env.list("NODE_FLOW_OUTBOUND_ALLOW", default=[])
-# WEBHOOK signing secrets by secretName (JSON object); NODE_FLOW_SECRET_<NAME>
+# WEBHOOK signing secrets by "<namespace>/<secretName>" (JSON object), beside
+# those set with PUT /v1/ns/{ns}/secrets/{name}; NODE_FLOW_SECRET_<NS>__<NAME>
 # environment variables are read too.
 NODE_FLOW_WEBHOOK_SECRETS = env.json("NODE_FLOW_WEBHOOK_SECRETS", default={})
 # INLINE scripts: time and memory limits of one evaluation.

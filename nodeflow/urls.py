@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from nodeflow.metrics import metrics_view
+from nodeflow.secret_views import SecretDetailView, SecretListView
 from nodeflow.views import HealthView
 
 urlpatterns = [
@@ -17,6 +18,8 @@ urlpatterns = [
     path("v1/ns/<str:ns>/metadata/", include("metadata.urls")),
     path("v1/ns/<str:ns>/", include("executions.urls")),
     path("v1/ns/<str:ns>/", include("quotas.urls")),
+    path("v1/ns/<str:ns>/secrets", SecretListView.as_view()),
+    path("v1/ns/<str:ns>/secrets/<str:name>", SecretDetailView.as_view()),
 ]
 
 handler400 = "nodeflow.errors.handler400"

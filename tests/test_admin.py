@@ -18,7 +18,7 @@ from django.urls import NoReverseMatch, reverse
 from executions.models import BreakerState, DecideRequest, Execution, Message, Task, Timer, TimerKind
 from metadata.models import TaskDefinition
 from nodeflow import clock
-from nodeflow.models import ApiKey, Namespace
+from nodeflow.models import ApiKey, Namespace, Secret
 from quotas.models import Admission, NamespaceQuota, RateWindow, Schedule, Semaphore, SemaphoreHolder, WorkerPoll
 from tests.engine_helpers import fail, no_retries, poll_one, register, simple, start, task_at
 
@@ -54,6 +54,7 @@ def data(api, frozen_clock):
     semaphore = Semaphore.objects.create(namespace=namespace, name="erp", permits=2, created_at=now, updated_at=now)
     SemaphoreHolder.objects.create(semaphore=semaphore, task=task, worker_id="w1", acquired_at=now)
     NamespaceQuota.objects.create(namespace=namespace, max_schedules=5, updated_at=now)
+    Secret.objects.create(namespace=namespace, name="partner", value="s3cret", created_at=now, updated_at=now)
     Admission.objects.create(namespace=namespace, bucket="parent:x", execution=execution, admitted=True, created_at=now)
     RateWindow.objects.create(namespace=namespace, key="inner", window_start=0.0, used=1)
     WorkerPoll.objects.create(namespace=namespace, queue="inner", worker_id="w1", last_poll_at=now)

@@ -195,7 +195,7 @@ def test_it_fails_fast_and_retryably_while_open(api, http_server, flow, ticks):
 
 @pytest.mark.django_db
 def test_it_shares_a_host_between_http_and_webhook_but_not_other_hosts(api, http_server, flow, settings):
-    settings.NODE_FLOW_WEBHOOK_SECRETS = {"s": "x"}
+    settings.NODE_FLOW_WEBHOOK_SECRETS = {"default/s": "x"}
     break_host(api, http_server.url("/status/500"))
     register(api, "hook", system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="s"))
     hooked = start(api, "hook")

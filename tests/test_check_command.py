@@ -21,7 +21,7 @@ from nodeflow import clock
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = dict(SECRET_KEY="k" * 20 + "-a-long-and-random-enough-secret-value-0123456789", DEBUG=False,
             ALLOWED_HOSTS=["nodeflow.example.com"], NODE_FLOW_CIRCUIT_BREAKER={"enabled": True},
-            NODE_FLOW_WEBHOOK_SECRETS={"partner": "s3cr3t"}, CELERY_BROKER_URL="redis://127.0.0.1:6379/15")
+            NODE_FLOW_WEBHOOK_SECRETS={"default/partner": "s3cr3t"}, CELERY_BROKER_URL="redis://127.0.0.1:6379/15")
 
 
 def run(**settings) -> tuple[int, str]:
@@ -55,6 +55,13 @@ def test_it_says_ok_on_a_sound_setup(bootstrapped):
                  "webhook_secrets", "secret_key", "role decider", "role sweeper (timers)"):
         assert line(output, name).startswith("OK"), output
     assert "redis://127.0.0.1:6379/15 reachable" in output
+
+
+def test_it_warns_of_operator_secrets_without_a_namespace(bootstrapped):
+    code, output = run(NODE_FLOW_WEBHOOK_SECRETS={"partner": "s3cr3t", "default/billing": "x"})
+    assert code == 0, output
+    assert line(output, "webhook_secrets").startswith("WARN")
+    assert "without a namespace are ignored" in output and "partner" in output
 
 
 def test_it_warns_when_postgresql_runs_without_autovacuum(bootstrapped):

@@ -26,7 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from executions.models import BreakerState, Execution, Message, Task
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.taskdefs import forget_policies
-from nodeflow.models import Namespace
+from nodeflow.models import Namespace, Secret
 from quotas.models import Schedule, Semaphore
 from tests.conftest import Api
 from tests.engine_helpers import poll, register, start, task_at
@@ -106,6 +106,10 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("GET", "semaphores/<str:name>"): Case("semaphores/{semaphore}", None, 200, 200, 403),
     ("PUT", "semaphores/<str:name>"): Case("semaphores/{semaphore}", {"permits": 3}, 200, 403, 403),
     ("DELETE", "semaphores/<str:name>"): Case("semaphores/{semaphore}", None, 204, 403, 403),
+    ("GET", "secrets"): Case("secrets", None, 200, 403, 403),
+    ("GET", "secrets/<str:name>"): Case("secrets/{secret}", None, 200, 403, 403),
+    ("PUT", "secrets/<str:name>"): Case("secrets/{secret}", {"value": "n3w"}, 200, 403, 403),
+    ("DELETE", "secrets/<str:name>"): Case("secrets/{secret}", None, 204, 403, 403),
     ("GET", "quotas"): Case("quotas", None, 200, 403, 403),
     ("PUT", "quotas"): Case("quotas", {"maxSchedules": 5}, 200, 403, 403),
     ("GET", "schedules"): Case("schedules", None, 200, 200, 403),
@@ -132,10 +136,11 @@ def build_world(admin: Api, worker: Api, ns: str) -> dict:
     leak into another namespace's answers is visible in its text."""
     world = {
         "taskdef": f"{ns}_t1", "workflow": f"{ns}_wf", "semaphore": f"{ns}_gate", "schedule": f"{ns}_nightly",
-        "webhook": f"{ns}_paid", "correlation": f"{ns}_corr",
+        "webhook": f"{ns}_paid", "correlation": f"{ns}_corr", "secret": f"{ns}_signing",
     }
     assert admin.post(TD, {"name": world["taskdef"]}).status_code == 201
     assert admin.put(f"semaphores/{world['semaphore']}", {"permits": 2}).status_code == 201
+    assert admin.put(f"secrets/{world['secret']}", {"value": f"{ns}-value"}).status_code == 201
     tasks = [{"name": world["taskdef"], "taskReferenceName": "a"}]
     register(admin, world["workflow"], *tasks)
     register(admin, world["workflow"], *tasks, description="v2")
@@ -215,6 +220,7 @@ def fingerprint() -> str:
         "messages": Message.objects.count(),
         "schedules": list(Schedule.objects.order_by("id").values_list("id", "cron", "paused")),
         "semaphores": list(Semaphore.objects.order_by("id").values_list("id", "permits")),
+        "secrets": list(Secret.objects.order_by("id").values_list("id", "value")),
     }
     return json.dumps(rows, default=str)
 

@@ -139,8 +139,8 @@ def test_it_runs_the_retry_when_its_delay_has_passed(api, http_server, frozen_cl
 
 # --- WEBHOOK ----------------------------------------------------------------------
 
-@override_settings(NODE_FLOW_WEBHOOK_SECRETS={"partner": "s3cret"})
 def test_it_signs_a_webhook_the_receiver_can_verify(api, http_server):
+    assert api.put("secrets/partner", {"value": "s3cret"}).status_code == 201
     task = system_task("hook", "WEBHOOK", url=http_server.url("/ok"), payload={"event": "paid", "amount": 5},
                        secretName="partner")
     view = run_one(api, task)
@@ -155,7 +155,7 @@ def test_it_signs_a_webhook_the_receiver_can_verify(api, http_server):
 
 
 def test_it_reads_a_webhook_secret_from_the_environment(api, http_server, monkeypatch):
-    monkeypatch.setenv("NODE_FLOW_SECRET_BILLING_HOOK", "from-env")
+    monkeypatch.setenv("NODE_FLOW_SECRET_DEFAULT__BILLING_HOOK", "from-env")
     view = run_one(api, system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="billing-hook"))
     seen = http_server.requests[0]
     expected = hmac.new(b"from-env", seen.headers["x-nodeflow-timestamp"].encode() + b"." + seen.body,
@@ -168,7 +168,32 @@ def test_it_fails_a_webhook_without_its_secret_terminally(api, http_server):
     view = run_one(api, system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="nope"))
     task = task_at(view, "hook")
     assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
-    assert "secret 'nope' is not configured" in task["reasonForIncompletion"]
+    assert "secret 'nope' is not configured in namespace 'default'" in task["reasonForIncompletion"]
+    assert http_server.requests == []
+
+
+@pytest.mark.parametrize("configured", ["setting", "environment", "api"])
+def test_a_webhook_signs_only_with_its_own_namespaces_secret(api, api_for, http_server, monkeypatch, settings,
+                                                            configured):
+    # Tenant B's secret "b-key" exists; a developer of namespace default
+    # names it: no body of its choosing is ever signed with it.
+    if configured == "setting":
+        settings.NODE_FLOW_WEBHOOK_SECRETS = {"tenant-b/b-key": "b-secret"}
+    elif configured == "environment":
+        monkeypatch.setenv("NODE_FLOW_SECRET_TENANT_B__B_KEY", "b-secret")
+    else:
+        assert api_for("admin", "tenant-b").put("secrets/b-key", {"value": "b-secret"}).status_code == 201
+    view = run_one(api, system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="b-key"))
+    task = task_at(view, "hook")
+    assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
+    assert "not configured in namespace 'default'" in task["reasonForIncompletion"]
+    assert http_server.requests == []
+
+
+def test_unscoped_operator_secrets_sign_nothing(api, http_server, settings):
+    settings.NODE_FLOW_WEBHOOK_SECRETS = {"partner": "global"}
+    view = run_one(api, system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="partner"))
+    assert task_at(view, "hook")["status"] == "FAILED_WITH_TERMINAL_ERROR"
     assert http_server.requests == []
 
 

@@ -11,10 +11,11 @@ Headers sent (besides ``Content-Type: application/json`` and any ``headers``):
 A receiver recomputes the HMAC over the timestamp header, a dot and the raw
 body, compares in constant time, and refuses old timestamps (replays).
 
-``secretName`` names the key: ``NODE_FLOW_WEBHOOK_SECRETS`` (a JSON object,
-name → secret) first, then the environment variable
-``NODE_FLOW_SECRET_<NAME>`` (upper case, other characters as ``_``). A name
-that resolves to nothing is a terminal failure. Output ``{"response": …}``;
+``secretName`` names the key among the secrets of the task's own namespace
+(``nodeflow.secrets``: set with ``PUT /v1/ns/{ns}/secrets/{name}``, or by
+the operator as ``NODE_FLOW_WEBHOOK_SECRETS["<namespace>/<name>"]`` or
+``NODE_FLOW_SECRET_<NAMESPACE>__<NAME>``). A name that resolves to nothing
+is a terminal failure. Output ``{"response": …}``;
 failures are classified as HTTP's.
 """
 from __future__ import annotations
@@ -22,10 +23,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import re
-
-from django.conf import settings
 
 from executions.system_tasks.base import Context, Outcome, SystemTask, TerminalError, completed, optional, require, seconds
 from executions.system_tasks.http import (
@@ -36,21 +33,21 @@ from executions.system_tasks.http import (
     parse_url,
 )
 from executions.system_tasks.registry import register
-from nodeflow import clock
+from nodeflow import clock, secrets
 
 SIGNATURE_HEADER = "X-NodeFlow-Signature"
 TIMESTAMP_HEADER = "X-NodeFlow-Timestamp"
 IDEMPOTENCY_HEADER = "X-NodeFlow-Idempotency-Key"
 
 
-def resolve_secret(name: str) -> str:
-    secrets = settings.NODE_FLOW_WEBHOOK_SECRETS
-    if isinstance(secrets, dict) and isinstance(secrets.get(name), str):
-        return secrets[name]
-    variable = "NODE_FLOW_SECRET_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
-    value = os.environ.get(variable)
-    if not value:
-        raise TerminalError(f"secret '{name}' is not configured (NODE_FLOW_WEBHOOK_SECRETS or {variable})")
+def resolve_secret(ctx: Context, name: str) -> str:
+    """The task's own namespace's secret ``name`` (nodeflow.secrets): a
+    tenant can never sign with another's key."""
+    value = secrets.resolve(namespace=ctx.namespace, name=name)
+    if value is None:
+        variable = secrets.environment_variable(namespace=ctx.namespace, name=name)
+        raise TerminalError(f"secret '{name}' is not configured in namespace '{ctx.namespace}' "
+                            f"(PUT /v1/ns/{ctx.namespace}/secrets/{name}, or {variable})")
     return value
 
 
@@ -62,7 +59,7 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 def build_request(ctx: Context) -> Request:
     inputs = ctx.input
     url = parse_url(require(inputs, "url", str, "inputParameters"), "inputParameters.url")
-    secret = resolve_secret(require(inputs, "secretName", str, "inputParameters"))
+    secret = resolve_secret(ctx, require(inputs, "secretName", str, "inputParameters"))
     body = json.dumps(inputs.get("payload", {}), separators=(",", ":"), ensure_ascii=False).encode()
     timestamp = str(int(clock.now().timestamp()))
     headers = {str(k): str(v) for k, v in optional(inputs, "headers", dict, "inputParameters", {}).items()}
