@@ -16,7 +16,7 @@ import re
 from django.conf import settings
 from django.db import transaction
 
-from nodeflow import clock
+from nodeflow import clock, named_rows
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace, Secret
 
@@ -25,15 +25,9 @@ MAX_VALUE_LENGTH = 4096
 
 def set_secret(*, namespace: Namespace, name: str, value: str) -> tuple[Secret, bool]:
     """Create or replace the secret ``name``; (row, created)."""
-    now = clock.now()
     with transaction.atomic():
-        updated = Secret.objects.filter(namespace=namespace, name=name).update(value=value, updated_at=now)
-        if not updated:
-            Secret.objects.bulk_create(
-                [Secret(namespace=namespace, name=name, value=value, created_at=now, updated_at=now)],
-                update_conflicts=True, unique_fields=["namespace", "name"], update_fields=["value", "updated_at"],
-            )
-    return get_secret(namespace=namespace, name=name), not updated
+        created = named_rows.put(Secret, namespace=namespace, name=name, values={"value": value}, now=clock.now())
+    return get_secret(namespace=namespace, name=name), created
 
 
 def get_secret(*, namespace: Namespace, name: str) -> Secret:

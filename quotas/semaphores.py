@@ -17,7 +17,7 @@ from django.db.models import Count
 
 from executions import notify
 from executions.models import Task, TaskStatus
-from nodeflow import clock
+from nodeflow import clock, named_rows
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
 from quotas.models import Semaphore, SemaphoreHolder
@@ -75,16 +75,10 @@ def hold(*, semaphore_ids: tuple[int, ...], tasks: list[Task], worker_id: str, n
 def set_semaphore(*, namespace: Namespace, name: str, permits: int) -> tuple[Semaphore, bool]:
     """Create or change a semaphore; (row, created). More permits wake the
     queues waiting on it."""
-    now = clock.now()
     with transaction.atomic():
-        updated = Semaphore.objects.filter(namespace=namespace, name=name).update(permits=permits, updated_at=now)
-        if not updated:
-            Semaphore.objects.bulk_create(
-                [Semaphore(namespace=namespace, name=name, permits=permits, created_at=now, updated_at=now)],
-                update_conflicts=True, unique_fields=["namespace", "name"], update_fields=["permits", "updated_at"],
-            )
+        created = named_rows.put(Semaphore, namespace=namespace, name=name, values={"permits": permits}, now=clock.now())
         notify.semaphore_freed(namespace.id, name)
-    return get_semaphore(namespace=namespace, name=name), not updated
+    return get_semaphore(namespace=namespace, name=name), created
 
 
 def get_semaphore(*, namespace: Namespace, name: str) -> Semaphore:
