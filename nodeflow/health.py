@@ -143,7 +143,7 @@ def check_webhook_secrets() -> list[Finding]:
 
 def check_outbound_lists() -> list[Finding]:
     found = []
-    for setting in ("NODE_FLOW_OUTBOUND_DENY", "NODE_FLOW_OUTBOUND_ALLOW"):
+    for setting in ("NODE_FLOW_OUTBOUND_DENY", "NODE_FLOW_OUTBOUND_ALLOW", "NODE_FLOW_OUTBOUND_ALLOW_PRIVATE"):
         entries = [e.strip() for e in getattr(settings, setting) if e.strip()]
         bad = [entry for entry in entries if not _is_rule(entry)]
         if bad:

@@ -240,6 +240,10 @@ NODE_FLOW_OUTBOUND_DENY = env.list(
              "metadata.google.internal", "metadata.goog"],
 )
 NODE_FLOW_OUTBOUND_ALLOW = env.list("NODE_FLOW_OUTBOUND_ALLOW", default=[])
+# Addresses that are not globally routable (loopback, private, link-local,
+# shared) are refused unless listed here (CIDRs, addresses, host names):
+# e.g. "10.20.0.0/16,.svc.cluster.local" for services inside the network.
+NODE_FLOW_OUTBOUND_ALLOW_PRIVATE = env.list("NODE_FLOW_OUTBOUND_ALLOW_PRIVATE", default=[])
 # WEBHOOK signing secrets by "<namespace>/<secretName>" (JSON object), beside
 # those set with PUT /v1/ns/{ns}/secrets/{name}; NODE_FLOW_SECRET_<NS>__<NAME>
 # environment variables are read too.

@@ -16,6 +16,21 @@ from nodeflow.keys import clear_caches, create_api_key
 # Fixtures of the system-task tests (a real HTTP server on loopback).
 pytest_plugins = ["tests.system_helpers"]
 
+# The tests' servers listen on loopback, which outbound calls may not reach
+# by default (docs/security.md): allowed here explicitly, for this process
+# (the fixture below) and for the processes tests start (the environment).
+LOOPBACK = ["127.0.0.0/8", "::1/128"]
+os.environ.setdefault("NODE_FLOW_OUTBOUND_ALLOW_PRIVATE", ",".join(LOOPBACK))
+
+
+@pytest.fixture(autouse=True)
+def _outbound_to_loopback():
+    # override_settings, not the ``settings`` fixture: some tests name a parameter "settings".
+    from django.test import override_settings
+
+    with override_settings(NODE_FLOW_OUTBOUND_ALLOW_PRIVATE=LOOPBACK):
+        yield
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _row_owners():

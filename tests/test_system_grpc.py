@@ -132,3 +132,11 @@ def test_it_fails_a_request_that_does_not_fit_terminally(api, echo):
     assert failed["status"] == "FAILED_WITH_TERMINAL_ERROR"
     assert "does not fit nftest.EchoRequest" in failed["reasonForIncompletion"]
     assert echo.calls == 0
+
+
+def test_it_refuses_the_unspecified_address(api, echo):
+    port = echo.target.rsplit(":", 1)[1]
+    task = task_at(run_one(api, grpc_task(f"0.0.0.0:{port}", {"text": "x"})), "rpc")
+    assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
+    assert "unspecified address" in task["reasonForIncompletion"]
+

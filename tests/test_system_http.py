@@ -264,3 +264,67 @@ def test_it_refuses_hosts_outside_the_allow_list(api, http_server):
 @override_settings(NODE_FLOW_OUTBOUND_ALLOW=["127.0.0.1/32"])
 def test_it_calls_hosts_on_the_allow_list(api, http_server):
     assert task_at(run_one(api, http_task("call", http_server.url("/ok"))), "call")["status"] == "COMPLETED"
+
+
+# --- outbound: addresses that cannot be steered (issue 15.3) ---------------------------
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "0", "[::]"])
+def test_it_refuses_the_unspecified_address_which_reaches_this_host(api, http_server, host):
+    # Loopback is allowed in the tests (conftest): 0.0.0.0 must still be refused.
+    port = http_server.base.rsplit(":", 1)[1]
+    task = task_at(run_one(api, http_task("call", f"http://{host}:{port}/ok")), "call")
+    assert task["status"] == "FAILED_WITH_TERMINAL_ERROR", task
+    assert "unspecified address" in task["reasonForIncompletion"]
+    assert http_server.requests == []
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:{port}/ok", "http://localhost:{port}/ok", "http://10.1.2.3:{port}/ok",
+                                 "http://[::ffff:127.0.0.1]:{port}/ok", "http://192.168.0.1:{port}/ok"])
+def test_private_and_loopback_addresses_are_refused_unless_allowed(api, http_server, settings, uri):
+    settings.NODE_FLOW_OUTBOUND_ALLOW_PRIVATE = []  # the default: only public addresses
+    port = http_server.base.rsplit(":", 1)[1]
+    task = task_at(run_one(api, http_task("call", uri.format(port=port))), "call")
+    assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
+    assert "not a public address" in task["reasonForIncompletion"]
+    assert "NODE_FLOW_OUTBOUND_ALLOW_PRIVATE" in task["reasonForIncompletion"]
+    assert http_server.requests == []
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(api, http_server, monkeypatch, settings):
+    """DNS rebinding: the name answers a checked address once, then another.
+    The call must reach the checked one (it never resolves again), and the
+    server still sees the name in Host."""
+    import socket
+
+    settings.NODE_FLOW_OUTBOUND_ALLOW_PRIVATE = ["127.0.0.1/32", "rebind.test"]
+    real, answers = socket.getaddrinfo, []
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "rebind.test":
+            return real(host, port, *args, **kwargs)
+        answers.append(host)
+        address = "127.0.0.1" if len(answers) == 1 else "10.255.255.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    port = http_server.base.rsplit(":", 1)[1]
+    task = task_at(run_one(api, http_task("call", f"http://rebind.test:{port}/ok")), "call")
+    assert task["status"] == "COMPLETED", task
+    assert answers == ["rebind.test"]  # resolved once, by the check
+    assert http_server.requests[0].headers["host"] == f"rebind.test:{port}"
+
+
+def test_a_host_name_is_checked_as_it_is_sent_idna_2008():
+    from executions.system_tasks.outbound import normalise
+
+    assert normalise("Straße.DE.") == "xn--strae-oqa.de"  # IDNA 2003 would check strasse.de instead
+    assert normalise("[::1]") == "::1"
+
+
+def test_an_ipv6_translation_of_a_denied_address_is_held_to_the_same_rules():
+    import ipaddress
+
+    from executions.system_tasks.outbound import aliases
+
+    for translated in ("64:ff9b::7f00:1", "2002:7f00:1::1"):  # NAT64 and 6to4 of 127.0.0.1
+        assert ipaddress.ip_address("127.0.0.1") in aliases(ipaddress.ip_address(translated))

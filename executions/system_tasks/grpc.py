@@ -91,8 +91,17 @@ def parse_message(cls: Any, body: Any) -> Any:
         raise TerminalError(f"{WHERE}.request does not fit {cls.DESCRIPTOR.full_name}: {exc}") from exc
 
 
-def open_channel(target: str, tls: bool) -> grpc.Channel:
-    return grpc.secure_channel(target, grpc.ssl_channel_credentials()) if tls else grpc.insecure_channel(target)
+def open_channel(target: str, tls: bool, *, address: str | None = None) -> grpc.Channel:
+    """A channel to ``target``; with ``address`` (``ip:port``, the one the
+    outbound check resolved), connected there, the authority and the TLS
+    name still ``target``'s host: grpc never resolves the name again."""
+    if address is None:
+        return grpc.secure_channel(target, grpc.ssl_channel_credentials()) if tls else grpc.insecure_channel(target)
+    options = [("grpc.default_authority", target)]
+    if tls:
+        options.append(("grpc.ssl_target_name_override", split_target(target)[0]))
+        return grpc.secure_channel(address, grpc.ssl_channel_credentials(), options=options)
+    return grpc.insecure_channel(address, options=options)
 
 
 @register
@@ -105,9 +114,10 @@ class Grpc(SystemTask):
         service, method = require(spec, "service", str, WHERE), require(spec, "method", str, WHERE)
         metadata = [(str(k).lower(), str(v)) for k, v in optional(spec, "metadata", dict, WHERE, {}).items()]
         deadline = min(seconds(spec, "deadlineSeconds", WHERE, DEFAULT_DEADLINE_S), ctx.time_left())
-        outbound.check(*split_target(target))
+        host, port = split_target(target)
+        address = outbound.pinned(outbound.check(host, port), port)
         what = f"{service}/{method} at {target}"
-        with open_channel(target, bool(spec.get("tls"))) as channel:
+        with open_channel(target, bool(spec.get("tls")), address=address) as channel:
             try:
                 request_cls, reply_cls = message_types(channel, service, method, deadline)
                 request = parse_message(request_cls, optional(spec, "request", dict, WHERE, {}))

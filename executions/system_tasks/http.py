@@ -103,7 +103,13 @@ def send(request: Request, ctx: Context) -> dict:
     """Send ``request`` within the attempt's time; the response, whatever its
     status. Timeouts and connection errors raise RetryableError."""
     port = request.url.port or (443 if request.url.scheme == "https" else 80)
-    outbound.check(request.host, port)
+    # The name as the client would send it (IDNA 2008), checked, and the
+    # connection made to the very address checked: Host and SNI carry the name.
+    name = request.url.raw_host.decode("ascii")
+    addresses = outbound.check(name, port)
+    url = request.url.copy_with(host=str(addresses[0]))
+    headers = {"Host": request.url.netloc.decode("ascii"), **request.headers}
+    extensions = {"sni_hostname": name} if request.url.scheme == "https" else {}
     left = ctx.time_left()
     timeout = httpx.Timeout(connect=min(request.connect_timeout_s, left), read=min(request.read_timeout_s, left),
                             write=min(request.read_timeout_s, left), pool=min(request.connect_timeout_s, left))
@@ -111,7 +117,8 @@ def send(request: Request, ctx: Context) -> dict:
     try:
         # trust_env=False: proxy variables would route around the outbound policy.
         with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-            with client.stream(request.method, request.url, headers=request.headers, content=request.content) as reply:
+            with client.stream(request.method, url, headers=headers, content=request.content,
+                               extensions=extensions) as reply:
                 body = read_body(reply, ctx.deadline, what)
                 return {"statusCode": reply.status_code, "headers": headers_of(reply), "body": decode(reply, body)}
     except httpx.TimeoutException as exc:
