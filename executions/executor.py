@@ -1,5 +1,11 @@
 """The executor: load an execution's state under its row lock, ask the pure
-decider what to do, and apply the decision in the same transaction.
+decider what to do, and apply the decision in the same transaction; and
+start and end runs, which decisions do too (a start, a SUB_WORKFLOW child,
+an end and what follows it: the parent's decision, held starts, the failure
+workflow, the next in an admission line). Every start of a root run passes
+the one admission check (quotas.starts). The rows are written by their
+owners: executions.attempts (tasks) and executions.runs (executions, their
+timers and decide requests).
 
 Lock order, everywhere: an execution before its tasks, a parent before its
 children. A child never locks its parent: when it ends it only queues a
