@@ -10,6 +10,7 @@ import re
 
 from rest_framework import serializers
 
+from nodeflow.errors import InvalidField
 from nodeflow.models import NAME_PATTERN
 
 # The longest duration any timeout or delay may have: one year, in seconds.
@@ -118,3 +119,11 @@ class StrictSerializer(serializers.Serializer):
 
 def is_name(value: str) -> bool:
     return bool(re.fullmatch(NAME_PATTERN, value))
+
+
+def checked_name(value: str, field: str = "name") -> str:
+    """``value`` if it is a name (a path segment naming a resource), else a
+    400 naming ``field``."""
+    if not is_name(value):
+        raise InvalidField(field, "use 1–128 characters from A–Z a–z 0–9 _ . -")
+    return value

@@ -8,8 +8,7 @@ from rest_framework.response import Response
 
 from nodeflow import secrets
 from nodeflow.auth import Scope
-from nodeflow.errors import InvalidField
-from nodeflow.fields import StrictCharField, StrictSerializer, is_name
+from nodeflow.fields import StrictCharField, StrictSerializer, checked_name
 from nodeflow.models import Secret
 from nodeflow.views import NamespacedView
 
@@ -47,8 +46,7 @@ class SecretDetailView(NamespacedView):
     @extend_schema(summary="Create or replace a secret", request=SecretValueSerializer,
                    responses={200: SecretSerializer, 201: SecretSerializer})
     def put(self, request, ns, name):
-        if not is_name(name):
-            raise InvalidField("name", "use 1–128 characters from A–Z a–z 0–9 _ . -")
+        checked_name(name)
         body = SecretValueSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         row, created = secrets.set_secret(namespace=self.namespace, name=name, value=body.validated_data["value"])

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from nodeflow.auth import Scope
 from nodeflow.errors import InvalidField
-from nodeflow.fields import is_name
+from nodeflow.fields import checked_name
 from nodeflow.views import NamespacedView
 from quotas import diagnostics, namespace_quotas, schedules, semaphores
 from quotas.models import Schedule
@@ -32,12 +32,6 @@ QUEUE_FIELDS = {
 SEMAPHORES = inline_serializer("SemaphoreUse", fields=SEMAPHORE_FIELDS, many=True)
 QUEUE = inline_serializer("Queue", fields=QUEUE_FIELDS)
 QUEUES = inline_serializer("Queue", fields=QUEUE_FIELDS, many=True)
-
-
-def _name(value: str, field: str = "name") -> str:
-    if not is_name(value):
-        raise InvalidField(field, "use 1–128 characters from A–Z a–z 0–9 _ . -")
-    return value
 
 
 class SemaphoreListView(NamespacedView):
@@ -67,7 +61,7 @@ class SemaphoreDetailView(NamespacedView):
     def put(self, request, ns, name):
         body = SemaphoreSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        _, created = semaphores.set_semaphore(namespace=self.namespace, name=_name(name), permits=body.validated_data["permits"])
+        _, created = semaphores.set_semaphore(namespace=self.namespace, name=checked_name(name), permits=body.validated_data["permits"])
         return Response(self._body(name), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(summary="Delete a semaphore (tasks naming it are no longer gated)", responses={204: None})
@@ -129,7 +123,7 @@ class ScheduleDetailView(NamespacedView):
     @extend_schema(summary="Create or replace a schedule", request=ScheduleSerializer,
                    responses={200: ScheduleSerializer, 201: ScheduleSerializer})
     def put(self, request, ns, name):
-        name, values = _schedule_values(request, _name(name))
+        name, values = _schedule_values(request, checked_name(name))
         row, created = schedules.upsert_schedule(namespace=self.namespace, name=name, values=values)
         return Response(schedule_view(row), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -172,7 +166,7 @@ class QueueDepthView(NamespacedView):
 
     @extend_schema(summary="One queue's depth and tasks in flight", responses=QUEUE)
     def get(self, request, ns, task_type):
-        return Response(diagnostics.queue_use(namespace_id=self.namespace.id, queue=_name(task_type, "taskType")).view())
+        return Response(diagnostics.queue_use(namespace_id=self.namespace.id, queue=checked_name(task_type, "taskType")).view())
 
 
 class QueueWorkersView(NamespacedView):
@@ -188,5 +182,5 @@ class QueueWorkersView(NamespacedView):
     )
     def get(self, request, ns):
         queue = request.query_params.get("taskType")
-        rows = diagnostics.workers(namespace_id=self.namespace.id, queue=_name(queue, "taskType") if queue else None)
+        rows = diagnostics.workers(namespace_id=self.namespace.id, queue=checked_name(queue, "taskType") if queue else None)
         return Response(workers_view(rows))
