@@ -1,8 +1,11 @@
 """Sandboxed JavaScript (V8 through mini-racer): SWITCH and DO_WHILE
 conditions, and the INLINE system task.
 
-The sandbox has no I/O at all (no require, no fetch, no timers); each call
-runs under a time limit and a memory limit. ``$`` is bound to the input. The
+The sandbox has no I/O at all (no require, no fetch, no timers, no
+WebAssembly); each call runs under a time limit and a memory limit. The
+memory limit holds twice: V8 bounds the heap, and the lock-down in
+``sandbox.js``, run before the script, bounds array buffers' bytes (which
+live outside the heap) to the same figure. ``$`` is bound to the input. The
 code may be an expression (``$.n > 3``) or statements whose completion value
 is the result (``if ($.n > 3) { true } else { false }``). Every evaluation
 gets a fresh V8 context: a script can change its globals (``JSON.parse``,
@@ -13,6 +16,7 @@ into it. A fresh context costs a few milliseconds.
 from __future__ import annotations
 
 import json
+import pathlib
 import threading
 from typing import Any
 
@@ -26,6 +30,7 @@ from nodeflow.nesting import is_storable, max_depth, too_deep
 DECIDER_TIMEOUT_S = 0.5
 DECIDER_MAX_MEMORY_BYTES = 32 * 1024 * 1024
 TIMED_OUT_CLOSE_DELAY_S = 1.0
+LOCK_DOWN = (pathlib.Path(__file__).with_name("sandbox.js")).read_text(encoding="utf-8")
 
 
 class ScriptError(Exception):
@@ -36,7 +41,7 @@ def evaluate(code: str, value: Any, *, timeout_s: float = DECIDER_TIMEOUT_S, max
     """Run ``code`` with ``$`` bound to ``value``; return its result as JSON data."""
     # The input and the code travel as JSON string literals: nothing the user
     # writes is spliced into the program text outside a string.
-    program = (
+    program = LOCK_DOWN.replace("__LIMIT__", str(int(max_memory))) + (
         "(function(){ const $ = JSON.parse(%s); const __r = eval(%s);"
         " return __r === undefined ? null : JSON.stringify(__r); })()"
     ) % (json.dumps(json.dumps(value)), json.dumps(code))

@@ -122,6 +122,15 @@ def test_it_fails_the_execution_when_the_javascript_expression_throws(api):
     assert "SWITCH expression" in started["reasonForIncompletion"]
 
 
+def test_it_fails_the_execution_when_the_javascript_expression_allocates_past_the_limit(api):
+    # Inside the start request: the API process must not grow by 512 MiB.
+    register(api, "pay", switch("size", {"x": [simple("a")]}, evaluatorType="javascript",
+                                expression="new Uint8Array(512 * 1024 * 1024).length"))
+    started = start(api, "pay")
+    assert started["status"] == "FAILED"
+    assert "memory limit (32 MiB)" in started["reasonForIncompletion"]
+
+
 YAML_BOOLEAN_SWITCH = """\
 name: approve
 tasks:

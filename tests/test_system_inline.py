@@ -63,6 +63,15 @@ def test_it_stops_a_script_that_allocates_without_bound(api):
     assert "memory limit (16 MiB)" in task["reasonForIncompletion"]
 
 
+@override_settings(NODE_FLOW_INLINE_MAX_MEMORY_MB=16)
+def test_it_stops_a_script_that_allocates_outside_the_heap(api):
+    # Array buffers live outside V8's heap: the sandbox bounds them too
+    # (tests/test_script_sandbox.py tries every way to make one).
+    task = task_at(run_one(api, inline("new ArrayBuffer(512 * 1024 * 1024).byteLength")), "t")
+    assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
+    assert "memory limit (16 MiB)" in task["reasonForIncompletion"]
+
+
 @override_settings(NODE_FLOW_MAX_BODY_BYTES=64 * 1024)
 def test_a_script_result_is_bounded_like_any_task_output(api):
     # A worker's outputData is one body, at most NODE_FLOW_MAX_BODY_BYTES; a
