@@ -65,9 +65,12 @@ class Scope:
     index: int | None = None
 
 
-def decide(snap: Snapshot, *, rand: Callable[[], float] = random.random, make_id: Callable[[], uuid.UUID] = new_id) -> Decision:
-    """What should happen next in this execution."""
-    return _Walk(snap, rand, make_id).run()
+def decide(snap: Snapshot, *, rand: Callable[[], float] = random.random, make_id: Callable[[], uuid.UUID] = new_id,
+           in_time: Callable[[], bool] = lambda: True) -> Decision:
+    """What should happen next in this execution. ``in_time``: False once
+    the decision has run long enough that a loop should start no further
+    iteration (the executor's time budget; the walk reads no clock)."""
+    return _Walk(snap, rand, make_id, in_time).run()
 
 
 class _Context(Mapping):
@@ -100,8 +103,10 @@ class _Context(Mapping):
 
 
 class _Walk:
-    def __init__(self, snap: Snapshot, rand: Callable[[], float], make_id: Callable[[], uuid.UUID]) -> None:
-        self.snap, self.now, self.rand, self.make_id = snap, snap.now, rand, make_id
+    def __init__(self, snap: Snapshot, rand: Callable[[], float], make_id: Callable[[], uuid.UUID],
+                 in_time: Callable[[], bool]) -> None:
+        self.snap, self.now, self.rand, self.make_id, self.in_time = snap, snap.now, rand, make_id, in_time
+        self.iterations_left = snap.max_loop_iterations
         self.decision = Decision(next_seq=snap.next_seq)
         self.by_path: dict[str, list[Row]] = {}
         self.latest_by_ref: dict[str, Row] = {}
@@ -461,6 +466,17 @@ class _Walk:
             if verdict is not None:
                 return verdict
             self.change(row, output={**row.output, "iteration": iteration + 1})
+            if not self.another_iteration():
+                self.decision.again = True
+                return RUNNING_OUTCOME
+
+    def another_iteration(self) -> bool:
+        """Whether this decision may run one more loop iteration: loops whose
+        iterations end within the walk (operators only) are decided in
+        bounded steps, at most ``max_loop_iterations`` per decision and none
+        started after ``in_time()`` turns False; a follow-up decision goes on."""
+        self.iterations_left -= 1
+        return self.iterations_left > 0 and self.in_time()
 
     def loop_again(self, task: dict, row: Row, scope: Scope, inner: Scope, iteration: int) -> Outcome | None:
         """None to run another iteration, else how the loop ended."""

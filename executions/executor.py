@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import time
 import uuid
 
 from django.conf import settings
@@ -110,7 +111,7 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
         evaluated_at=execution.evaluated_at, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
         parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
-        budgets=_budgets(execution, rows, now),
+        max_loop_iterations=settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION, budgets=_budgets(execution, rows, now),
     )
 
 
@@ -156,12 +157,18 @@ def _budgets(execution: Execution, rows: list[Row], now: dt.datetime) -> dict[st
 
 # --- deciding -------------------------------------------------------------
 
+def _decide(snapshot: Snapshot) -> Decision:
+    """The decider on ``snapshot``, with this decision's time budget."""
+    until = time.monotonic() + settings.NODE_FLOW_DECISION_SECONDS
+    return decide(snapshot, in_time=lambda: time.monotonic() < until)
+
+
 def decide_locked(execution: Execution) -> Decision | None:
     """Decide an execution whose row the caller holds locked (and apply)."""
     if execution.status != ExecutionStatus.RUNNING or execution.awaiting_admission:
         return None
     now = clock.now()
-    decision = decide(load_snapshot(execution, now))
+    decision = _decide(load_snapshot(execution, now))
     apply(execution, decision, now)
     return decision
 
@@ -173,7 +180,7 @@ def decide_new(execution: Execution) -> Decision:
     idempotency key the insert runs in a savepoint: a concurrent start with
     the same key raises IntegrityError and leaves the transaction usable."""
     now = clock.now()
-    decision = decide(_new_snapshot(execution, now))
+    decision = _decide(_new_snapshot(execution, now))
     for name, value in _execution_fields(execution, decision, now).items():
         setattr(execution, name, value)
     runs.insert(execution)
@@ -189,6 +196,7 @@ def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
         depth=execution.depth, path_prefix=execution.path_prefix, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
         parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
+        max_loop_iterations=settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION,
     )
 
 
@@ -229,7 +237,7 @@ def decide_many(executions: list[Execution], *, tasks: dict[uuid.UUID, list[Task
     decisions = []
     for execution in running:
         try:
-            decisions.append((execution, decide(load_snapshot(execution, now, tasks[execution.id]))))
+            decisions.append((execution, _decide(load_snapshot(execution, now, tasks[execution.id]))))
         except Exception:  # noqa: BLE001 - a task result must not be lost to a decider bug
             log.exception("decision for %s failed; deferred to the decider role", execution.id)
             request_decision(execution.id)
@@ -457,6 +465,10 @@ def _follow_up(execution: Execution, decision: Decision) -> None:
         terminate(execution_id=child_id, reason="parent task canceled", cascade_from_parent=True)
     if decision.ending is not None:
         after_end(execution, decision.ending)
+    elif decision.again:
+        # Handed to the decider role, not decided after this commit here: the
+        # request that caused this decision has had its share.
+        runs.request_decision(execution.id, now=clock.now(), here=False)
 
 
 def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime) -> dict:

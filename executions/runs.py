@@ -180,18 +180,20 @@ def on_decision_requested(decide: Callable[[uuid.UUID], object]) -> None:
         _decide_after_commit.append(decide)
 
 
-def request_decision(execution_id: uuid.UUID, *, now: dt.datetime) -> None:
-    """Queue "decide this execution" durably (idempotent), and decide it in
-    this process right after the caller commits. The request row is the
-    durable fallback: a decider role picks it up if this process dies first
-    or the decision fails. (No NOTIFY: every listening session in the
-    database would pay a transaction for each one.)"""
+def request_decision(execution_id: uuid.UUID, *, now: dt.datetime, here: bool = True) -> None:
+    """Queue "decide this execution" durably (idempotent), and (``here``)
+    decide it in this process right after the caller commits. The request
+    row is the durable fallback: a decider role picks it up if this process
+    dies first or the decision fails; without ``here`` it is the decider
+    role's alone. (No NOTIFY: every listening session in the database would
+    pay a transaction for each one.)"""
     DecideRequest.objects.bulk_create(
         [DecideRequest(execution_id=execution_id, due_at=now)],
         update_conflicts=True, unique_fields=["execution"], update_fields=["due_at"],
     )
-    for decide in _decide_after_commit:
-        transaction.on_commit(functools.partial(decide, execution_id), robust=True)
+    if here:
+        for decide in _decide_after_commit:
+            transaction.on_commit(functools.partial(decide, execution_id), robust=True)
     notify.decider_wakeup()
 
 

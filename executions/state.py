@@ -106,6 +106,7 @@ class Snapshot:
     version: int = 0
     parent_execution_id: uuid.UUID | None = None
     max_fork_items: int = 10_000
+    max_loop_iterations: int = 100  # DO_WHILE iterations one decision may run (then `again`)
     # retry-budget counters by task-definition name: (executions, retries) in the window
     budgets: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -127,10 +128,13 @@ class Decision:
     retries: list[str] = field(default_factory=list)
     budget_refusals: list[str] = field(default_factory=list)
     capped: int = 0  # dispatchable tasks held back by maxConcurrentTasks
+    # A loop stopped at the decision's bound with iterations left to run: the
+    # executor asks a follow-up decision of the decider role.
+    again: bool = False
 
     @property
     def empty(self) -> bool:
         return not (
             self.created or self.updated or self.timers or self.children or self.cancel_children
-            or self.variables is not None or self.ending or self.evaluated or self.consumed_messages
+            or self.variables is not None or self.ending or self.evaluated or self.consumed_messages or self.again
         )

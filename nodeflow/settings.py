@@ -203,6 +203,13 @@ def _gc_threshold(raw: str) -> tuple[int, ...]:
 
 
 NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)
+# A DO_WHILE whose iterations finish within the decision (operators only)
+# is decided in steps: one decision runs at most this many iterations, and
+# starts none once it has run NODE_FLOW_DECISION_SECONDS; a follow-up
+# decision (the decider role) goes on from there. So no request or decide
+# holds its thread and the execution's lock much longer than that.
+NODE_FLOW_LOOP_ITERATIONS_PER_DECISION = env.int("NODE_FLOW_LOOP_ITERATIONS_PER_DECISION", default=100)
+NODE_FLOW_DECISION_SECONDS = env.float("NODE_FLOW_DECISION_SECONDS", default=0.25)
 # The engine's fixed hot-path statements (executions/sql.py) are prepared on
 # PostgreSQL once a connection has run them twice. Turn off behind a pooler
 # that cannot carry prepared statements (PgBouncer in transaction mode

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from executions.models import DecideRequest
+from executions.roles.decider import DeciderRole
 from nodeflow import clock
 from tests.engine_helpers import (
     WORKFLOWS,
@@ -354,6 +356,61 @@ def test_it_fails_the_loop_when_an_iteration_fails(api):
     assert task_at(view, "loop")["status"] == "FAILED"
     assert task_at(view, "loop[2].step")["status"] == "FAILED"
     assert "bad input" in view["reasonForIncompletion"]
+
+
+def counter_loop(iterations: int) -> dict:
+    """A loop of operators only: every iteration ends within the walk."""
+    body = {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE",
+            "inputParameters": {"last": "${loop.output.iteration}"}}
+    return loop("loop", f"$.iteration < {iterations}", body, max_iterations=iterations)
+
+
+def decide_requests(execution_id: str) -> int:
+    return DecideRequest.objects.filter(execution_id=execution_id).count()
+
+
+@pytest.mark.parametrize("iterations", [250])
+def test_it_decides_an_operator_only_loop_in_bounded_steps(api, settings, iterations):
+    settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION = 100
+    settings.NODE_FLOW_DECISION_SECONDS = 60  # the count binds here, not the time
+    register(api, "count", counter_loop(iterations), simple("after"))
+    started = start(api, "count")
+    # The start ran 100 iterations, not 250, and left the rest to the decider role.
+    assert started["status"] == "RUNNING"
+    assert len(tasks_at(started, "loop[100].note")) == 1 and tasks_at(started, "loop[101].note") == []
+    assert decide_requests(started["id"]) == 1
+    assert DeciderRole().tick()  # one step of at most 100 more
+    assert len([t for t in execution(api, started["id"])["tasks"] if t["referenceTaskName"] == "note"]) == 200
+    sweep()
+    view = execution(api, started["id"])
+    assert task_at(view, "loop")["status"] == "COMPLETED"
+    assert task_at(view, "loop")["outputData"] == {"iteration": iterations}
+    assert scheduled_paths(view) == {"after"}
+    assert decide_requests(started["id"]) == 0
+
+
+def test_a_decision_starts_no_iteration_past_its_time_budget(api, settings):
+    settings.NODE_FLOW_DECISION_SECONDS = 0
+    register(api, "count", counter_loop(3))
+    started = start(api, "count")
+    assert [t["path"] for t in started["tasks"] if t["referenceTaskName"] == "note"] == ["loop[1].note"]
+    for done in (2, 3):
+        assert DeciderRole().tick()
+        assert tasks_at(execution(api, started["id"]), f"loop[{done}].note")
+    assert execution(api, started["id"])["status"] == "COMPLETED"
+
+
+def test_a_slow_loop_condition_holds_one_request_for_the_time_budget_only(api, settings):
+    # Each condition spins 100 ms of real time: 20 iterations held the start
+    # request for 2 s. Past 0.25 s no further iteration starts, so the start
+    # runs at most 3 (1 ≤ n ≤ 3 whatever the machine's speed).
+    settings.NODE_FLOW_DECISION_SECONDS = 0.25
+    spin = "(() => { const t = Date.now(); while (Date.now() - t < 100) {} return $.iteration < 20 })()"
+    register(api, "slow", loop("loop", spin, {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE",
+                                              "inputParameters": {"x": 1}}, max_iterations=20))
+    started = start(api, "slow")
+    assert 1 <= len([t for t in started["tasks"] if t["referenceTaskName"] == "note"]) <= 3
+    assert decide_requests(started["id"]) == 1
 
 
 # --- SUB_WORKFLOW -----------------------------------------------------------
