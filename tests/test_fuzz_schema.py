@@ -10,12 +10,17 @@ per operation, so the run is the same in CI every time.
 """
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Callable
+from urllib.parse import quote
+
 import pytest
 import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings, strategies
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
@@ -152,6 +157,89 @@ def test_every_operation_survives_fuzzing(case, keys):
     roles = ("admin", "worker") if any(part in case.path for part in WORKER_ROUTES) else ("admin",)
     for role in roles:
         case.call_and_validate(headers={"x-api-key": keys[role]}, checks=[*CHECKS, error_model])
+
+
+# --- numbers that are not finite ------------------------------------------------
+# JSON has no infinity or NaN, so schemathesis never generates one, but
+# ``1e400`` is valid JSON that parses as infinity and Python's parser takes
+# ``NaN`` and ``Infinity`` too: no jsonb column or JSON answer can hold them.
+# Every operation with a body gets bodies schemathesis generates for it, with
+# one number made non-finite, wherever it falls (an existing number, a new
+# key of any object, a new item of any list, the whole body).
+
+NON_FINITE = ("1e400", "-1e400", "NaN", "Infinity", "-Infinity")
+NON_FINITE_EXAMPLES = 8
+MARKER = "\u0001non-finite\u0001"
+BODY_OPERATIONS = [
+    (path, method.upper())
+    for path, methods in schema.raw_schema["paths"].items()
+    for method, operation in methods.items()
+    if "requestBody" in operation
+]
+
+
+def _slots(value, put, path: str = "") -> list[tuple[str, Callable[[], None]]]:
+    """Every place a number can go in ``value``: its field path (as errors
+    name it) and a thunk that puts the marker there (``put`` replaces
+    ``value`` itself in its parent)."""
+    def inner(key) -> str:
+        return f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+
+    slots = [(path or "(the body)", lambda: put(MARKER))]
+    if isinstance(value, dict):
+        slots.append((inner("n"), lambda: value.__setitem__("n", MARKER)))
+        for key in [k for k in value if k != "n"]:
+            slots += _slots(value[key], lambda new, key=key: value.__setitem__(key, new), inner(key))
+    elif isinstance(value, list):
+        slots.append((inner(len(value)), lambda: value.append(MARKER)))
+        for index in range(len(value)):
+            slots += _slots(value[index], lambda new, index=index: value.__setitem__(index, new), inner(index))
+    return slots
+
+
+def with_non_finite(body, literal: str, where: int) -> tuple[str, bytes]:
+    """``body`` as JSON text with ``literal`` in the ``where``-th place a
+    number can go, and that place's field path."""
+    holder = [copy.deepcopy(body)]
+    slots = _slots(holder[0], lambda new: holder.__setitem__(0, new))
+    field, put = slots[where % len(slots)]
+    put()
+    return field, json.dumps(holder[0]).replace(json.dumps(MARKER), literal).encode()
+
+
+@pytest.mark.parametrize(("path", "method"), BODY_OPERATIONS, ids=[f"{m} {p}" for p, m in BODY_OPERATIONS])
+def test_no_body_with_a_number_that_is_not_finite_reaches_a_server_error(keys, path, method):
+    from werkzeug.test import Client
+
+    @settings(max_examples=NON_FINITE_EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=schema[path][method].as_strategy(), literal=strategies.sampled_from(NON_FINITE),
+           where=strategies.integers(min_value=0, max_value=10_000))
+    def check(case, literal, where):
+        values = {**(case.path_parameters or {}), "ns": "default"}
+        url = path.format(**{name: quote(str(value), safe="") for name, value in values.items()})
+        field, raw = with_non_finite(case.body, literal, where)
+        response = Client(app).open(url, method=method, data=raw, content_type="application/json",
+                                    headers={"x-api-key": keys["admin"]})
+        assert 400 <= response.status_code < 500, (url, response.status_code, response.get_data(as_text=True))
+        body = response.json
+        assert isinstance(body.get("error"), str) and isinstance(body.get("message"), str), body
+        if response.status_code == 400 and literal.endswith("e400"):
+            # Named where it is, unless a path parameter was refused first.
+            assert body.get("field") in (field, *values), (field, body)
+
+    check()
+
+
+def test_it_puts_a_non_finite_number_in_every_place_a_number_can_go():
+    body = {"a": [1, {"b": 2}]}
+    placed = {with_non_finite(body, "1e400", where) for where in range(20)}
+    assert placed == {
+        ("(the body)", b"1e400"), ("n", b'{"a": [1, {"b": 2}], "n": 1e400}'), ("a", b'{"a": 1e400}'),
+        ("a[2]", b'{"a": [1, {"b": 2}, 1e400]}'), ("a[0]", b'{"a": [1e400, {"b": 2}]}'), ("a[1]", b'{"a": [1, 1e400]}'),
+        ("a[1].n", b'{"a": [1, {"b": 2, "n": 1e400}]}'), ("a[1].b", b'{"a": [1, {"b": 1e400}]}'),
+    }
+    assert body == {"a": [1, {"b": 2}]}  # the generated body is left as it was
 
 
 # --- what the fuzzing found, one regression test each -------------------------
