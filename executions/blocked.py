@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 
 from executions import executor
-from executions.decider import decide
 from executions.models import OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock
 from quotas import admission, diagnostics, starts
@@ -120,7 +119,7 @@ def _task_cap(execution: Execution, tasks: list[Task], now: dt.datetime) -> dict
     # The decider is pure: ask it, without applying anything, whether it
     # holds a task back for the cap.
     try:
-        capped = decide(executor.load_snapshot(execution, now, tasks)).capped
+        capped = executor.decision_for(executor.load_snapshot(execution, now, tasks)).capped
     except Exception:  # noqa: BLE001 - a diagnostic must not break the view; the decider role logs it
         return None
     if not capped:

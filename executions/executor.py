@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import random
 import time
 import uuid
 
@@ -29,10 +30,12 @@ from executions.leases import lease_seconds
 from executions.snapshots import snapshot_body, workflow_of
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Message, Task
 from executions.retry import BUDGET_WINDOW_S
-from executions.state import FAILURE, Child, Decision, Ending, Row, Snapshot, StartChild
+from executions.decider.decision import Decision, Ending, StartChild
+from executions.decider.snapshot import FAILURE, Child, Row, Snapshot
 from metadata import taskdefs
 from metadata.tree import walk_tasks
 from nodeflow import clock, metrics
+from nodeflow.ids import new_id
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
 from quotas import admission, starts
@@ -110,9 +113,17 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
         next_seq=max((task.seq for task in tasks), default=-1) + 1,
         evaluated_at=execution.evaluated_at, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
-        parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
-        max_loop_iterations=settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION, budgets=_budgets(execution, rows, now),
+        parent_execution_id=execution.parent_execution_id, budgets=_budgets(execution, rows, now), **_limits(),
     )
+
+
+def _limits() -> dict:
+    """The snapshot's share of the settings: the decider reads none itself."""
+    return {
+        "max_fork_items": settings.NODE_FLOW_MAX_FORK_ITEMS,
+        "max_loop_iterations": settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION,
+        "max_output_bytes": settings.NODE_FLOW_MAX_BODY_BYTES, "max_json_depth": settings.NODE_FLOW_MAX_JSON_DEPTH,
+    }
 
 
 def _children(rows: list[Row]) -> dict[uuid.UUID, Child]:
@@ -157,10 +168,15 @@ def _budgets(execution: Execution, rows: list[Row], now: dt.datetime) -> dict[st
 
 # --- deciding -------------------------------------------------------------
 
-def _decide(snapshot: Snapshot) -> Decision:
-    """The decider on ``snapshot``, with this decision's time budget."""
+# What the decider draws retry jitter from, and names new task rows with.
+draw = random.random
+make_id = new_id
+
+
+def decision_for(snapshot: Snapshot) -> Decision:
+    """The decider on ``snapshot``, with this decision's draw, ids and time budget."""
     until = time.monotonic() + settings.NODE_FLOW_DECISION_SECONDS
-    return decide(snapshot, in_time=lambda: time.monotonic() < until)
+    return decide(snapshot, rand=draw, make_id=make_id, in_time=lambda: time.monotonic() < until)
 
 
 def decide_locked(execution: Execution) -> Decision | None:
@@ -168,7 +184,7 @@ def decide_locked(execution: Execution) -> Decision | None:
     if execution.status != ExecutionStatus.RUNNING or execution.awaiting_admission:
         return None
     now = clock.now()
-    decision = _decide(load_snapshot(execution, now))
+    decision = decision_for(load_snapshot(execution, now))
     apply(execution, decision, now)
     return decision
 
@@ -180,7 +196,7 @@ def decide_new(execution: Execution) -> Decision:
     idempotency key the insert runs in a savepoint: a concurrent start with
     the same key raises IntegrityError and leaves the transaction usable."""
     now = clock.now()
-    decision = _decide(_new_snapshot(execution, now))
+    decision = decision_for(_new_snapshot(execution, now))
     for name, value in _execution_fields(execution, decision, now).items():
         setattr(execution, name, value)
     runs.insert(execution)
@@ -195,8 +211,7 @@ def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
         variables=execution.variables, rows=[], now=now, task_defs=taskdefs.policies(execution.namespace_id),
         depth=execution.depth, path_prefix=execution.path_prefix, deadline=execution.deadline,
         correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
-        parent_execution_id=execution.parent_execution_id, max_fork_items=settings.NODE_FLOW_MAX_FORK_ITEMS,
-        max_loop_iterations=settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION,
+        parent_execution_id=execution.parent_execution_id, **_limits(),
     )
 
 
@@ -237,7 +252,7 @@ def decide_many(executions: list[Execution], *, tasks: dict[uuid.UUID, list[Task
     decisions = []
     for execution in running:
         try:
-            decisions.append((execution, _decide(load_snapshot(execution, now, tasks[execution.id]))))
+            decisions.append((execution, decision_for(load_snapshot(execution, now, tasks[execution.id]))))
         except Exception:  # noqa: BLE001 - a task result must not be lost to a decider bug
             log.exception("decision for %s failed; deferred to the decider role", execution.id)
             request_decision(execution.id)

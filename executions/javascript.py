@@ -18,27 +18,45 @@ from __future__ import annotations
 import json
 import pathlib
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from py_mini_racer import MiniRacer
 from py_mini_racer import _exc as js_exc
 
-from django.conf import settings
+from executions.json_values import is_storable, nested_deeper_than
 
-from nodeflow.nesting import is_storable, max_depth, too_deep
-
-DECIDER_TIMEOUT_S = 0.5
-DECIDER_MAX_MEMORY_BYTES = 32 * 1024 * 1024
 TIMED_OUT_CLOSE_DELAY_S = 1.0
 LOCK_DOWN = (pathlib.Path(__file__).with_name("sandbox.js")).read_text(encoding="utf-8")
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one evaluation may take. The defaults are the decider's (SWITCH
+    and DO_WHILE conditions); ``max_result_bytes`` and ``max_depth`` hold a
+    result to what any task output is held to."""
+
+    timeout_s: float = 0.5
+    max_memory: int = 32 * MiB
+    max_result_bytes: int = 1_048_576  # NODE_FLOW_MAX_BODY_BYTES
+    max_depth: int = 100  # NODE_FLOW_MAX_JSON_DEPTH
+
+
+def task_limits(settings: Any) -> Limits:
+    """The limits of the scripts of INLINE and HTTP_POLL tasks, from Django's
+    ``settings`` (passed in: this module reads no configuration)."""
+    return Limits(timeout_s=settings.NODE_FLOW_INLINE_TIMEOUT_SECONDS, max_memory=settings.NODE_FLOW_INLINE_MAX_MEMORY_MB * MiB,
+                  max_result_bytes=settings.NODE_FLOW_MAX_BODY_BYTES, max_depth=settings.NODE_FLOW_MAX_JSON_DEPTH)
 
 
 class ScriptError(Exception):
     """The script threw, did not parse, ran out of time or of memory."""
 
 
-def evaluate(code: str, value: Any, *, timeout_s: float = DECIDER_TIMEOUT_S, max_memory: int = DECIDER_MAX_MEMORY_BYTES) -> Any:
+def evaluate(code: str, value: Any, limits: Limits = Limits()) -> Any:
     """Run ``code`` with ``$`` bound to ``value``; return its result as JSON data."""
+    timeout_s, max_memory = limits.timeout_s, limits.max_memory
     # The input and the code travel as JSON string literals: nothing the user
     # writes is spliced into the program text outside a string.
     program = LOCK_DOWN.replace("__LIMIT__", str(int(max_memory))) + (
@@ -57,17 +75,17 @@ def evaluate(code: str, value: Any, *, timeout_s: float = DECIDER_TIMEOUT_S, max
         racer = None
         raise ScriptError(f"script ran longer than {timeout_s} s") from exc
     except js_exc.JSOOMException as exc:
-        raise ScriptError(f"script exceeded its memory limit ({max_memory // (1024 * 1024)} MiB)") from exc
+        raise ScriptError(f"script exceeded its memory limit ({max_memory // MiB} MiB)") from exc
     except js_exc.MiniRacerBaseException as exc:
         raise ScriptError(str(exc).strip().splitlines()[0] if str(exc).strip() else "script error") from exc
     finally:
         if racer is not None:
             racer.close()
-    return None if result is None else _parsed(result)
+    return None if result is None else _parsed(result, limits)
 
 
-def _parsed(result: str) -> Any:
-    limit = settings.NODE_FLOW_MAX_BODY_BYTES
+def _parsed(result: str, limits: Limits) -> Any:
+    limit = limits.max_result_bytes
     if len(result) > limit or len(result.encode("utf-8")) > limit:
         # The same bound as any task output (a worker's outputData is one body).
         raise ScriptError(f"the script's result is larger than {limit} bytes (NODE_FLOW_MAX_BODY_BYTES, "
@@ -77,9 +95,9 @@ def _parsed(result: str) -> Any:
     except RecursionError:
         value, deep = None, True
     else:
-        deep = too_deep(value)
+        deep = nested_deeper_than(value, limits.max_depth)
     if deep:
-        raise ScriptError(f"the script's result is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)")
+        raise ScriptError(f"the script's result is nested deeper than {limits.max_depth} levels (NODE_FLOW_MAX_JSON_DEPTH)")
     if not is_storable(value):
         raise ScriptError("the script's result holds a string that is not text (an unpaired UTF-16 surrogate or a NUL)")
     return value

@@ -15,7 +15,7 @@ from django.db import transaction
 from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
-from executions.state import FAILURE
+from executions.decider.snapshot import FAILURE
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace

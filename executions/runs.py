@@ -128,7 +128,7 @@ def admit(execution_id: uuid.UUID) -> bool:
 # --- timers --------------------------------------------------------------------------
 
 def arm(execution_id: uuid.UUID, timers: Iterable) -> None:
-    """Arm the timers of a decision (``executions.state.TimerSpec``: kind, task, due)."""
+    """Arm the timers of a decision (``executions.decider.decision.TimerSpec``: kind, task, due)."""
     rows = [Timer(kind=t.kind, execution_id=execution_id, task_id=t.task_id, due_at=t.due_at) for t in timers]
     if rows:
         Timer.objects.bulk_create(rows)

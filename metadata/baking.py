@@ -10,15 +10,11 @@ import copy
 from collections.abc import Callable
 
 from metadata import task_types
-from metadata.tree import walk_tasks
+from metadata.tree import snapshot_key, walk_tasks
 from metadata.validation import DefinitionError
 
 # (name, version or None) → (version, normalised body); raises LookupError.
 Resolver = Callable[[str, int | None], tuple[int, dict]]
-
-
-def snapshot_key(name: str, version: int) -> str:
-    return f"{name}@{version}"
 
 
 def bake(*, name: str, version: int, body: dict, resolve: Resolver) -> dict:

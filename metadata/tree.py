@@ -1,7 +1,13 @@
-"""Walking the task tree of a (normalised) workflow definition."""
+"""Walking the task tree of a (normalised) workflow definition, and the key
+that names each workflow of a baked snapshot."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+
+
+def snapshot_key(name: str, version: int) -> str:
+    """``orders@3``: how a baked snapshot names each workflow it holds."""
+    return f"{name}@{version}"
 
 
 def walk_tasks(tasks: list[dict], where: str = "tasks") -> Iterator[tuple[dict, str]]:

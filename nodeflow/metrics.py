@@ -42,7 +42,7 @@ from nodeflow import clock
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
-    from executions.state import Decision
+    from executions.decider.decision import Decision
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
 from nodeflow.errors import InvalidField
-from nodeflow.nesting import is_storable, max_depth, non_finite_at, too_deep
+from executions.json_values import is_storable, non_finite_at
+from nodeflow.nesting import max_depth, too_deep
 
 
 def _checked(value):

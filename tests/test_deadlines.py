@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from executions import decider
+from executions import decider, executor
 from executions.models import Task, Timer
 from nodeflow import clock
 from tests.engine_helpers import (
@@ -147,7 +147,7 @@ def test_it_schedules_no_retry_past_the_deadline_and_times_out_at_it(api, frozen
 
 
 def test_it_draws_the_delay_from_the_part_of_the_jitter_band_before_the_deadline(api, frozen_clock, monkeypatch):
-    monkeypatch.setitem(decider.decide.__kwdefaults__, "rand", lambda: 0.99)  # the top of the band
+    monkeypatch.setattr(executor, "draw", lambda: 0.99)  # the top of the band
     started = flaky_flow(api, retryDelaySeconds=40, jitter=0.5)  # 20–60 s
     clock.advance(60)
     fail(api, poll_one(api, "work"))  # 60 + 59.6 passes the deadline; 60 + 20 does not

@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from executions.javascript import ScriptError, evaluate
 from executions.models import Task
-from nodeflow.nesting import nested_deeper_than
+from executions.json_values import nested_deeper_than
 from tests.conftest import Api
 from tests.engine_helpers import execution, register, start, task_at
 from tests.system_helpers import run_system_tasks, system_task

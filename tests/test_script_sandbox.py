@@ -73,7 +73,7 @@ WITHIN_THE_LIMIT = {
 
 
 def run(code: str):
-    return javascript.evaluate(code, {}, timeout_s=5, max_memory=LIMIT)
+    return javascript.evaluate(code, {}, javascript.Limits(timeout_s=5, max_memory=LIMIT))
 
 
 @pytest.mark.parametrize("code", OVER_THE_LIMIT.values(), ids=OVER_THE_LIMIT.keys())
@@ -130,7 +130,7 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 refused = 0
 for code in json.loads(sys.argv[1]):
     try:
-        javascript.evaluate(code + "; new Uint8Array(1).fill(1)", {{}}, timeout_s=5, max_memory={LIMIT})
+        javascript.evaluate(code + "; new Uint8Array(1).fill(1)", {{}}, javascript.Limits(timeout_s=5, max_memory={LIMIT}))
     except javascript.ScriptError:
         refused += 1
 print(json.dumps({{"refused": refused, "grew_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}}))

@@ -32,7 +32,8 @@ from executions.system_tasks.base import (
 )
 from executions.system_tasks.registry import register
 from nodeflow import clock
-from nodeflow.nesting import is_storable, max_depth, too_deep
+from executions.json_values import is_storable
+from nodeflow.nesting import max_depth, too_deep
 
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 DEFAULT_CONNECT_TIMEOUT_S = 10.0

@@ -49,8 +49,7 @@ def polling_interval(inputs: dict) -> float:
 
 def done(condition: str, output: dict) -> bool:
     try:
-        value = javascript.evaluate(condition, output, timeout_s=settings.NODE_FLOW_INLINE_TIMEOUT_SECONDS,
-                                    max_memory=settings.NODE_FLOW_INLINE_MAX_MEMORY_MB * 1024 * 1024)
+        value = javascript.evaluate(condition, output, javascript.task_limits(settings))
     except javascript.ScriptError as exc:
         raise TerminalError(f"terminationCondition failed: {exc}", output=output) from exc
     return javascript.truthy(value)

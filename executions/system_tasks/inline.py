@@ -18,8 +18,7 @@ from executions.system_tasks.registry import register
 
 def run_script(code: str, value: dict) -> object:
     try:
-        return javascript.evaluate(code, value, timeout_s=settings.NODE_FLOW_INLINE_TIMEOUT_SECONDS,
-                                   max_memory=settings.NODE_FLOW_INLINE_MAX_MEMORY_MB * 1024 * 1024)
+        return javascript.evaluate(code, value, javascript.task_limits(settings))
     except javascript.ScriptError as exc:
         raise TerminalError(f"INLINE script failed: {exc}") from exc
 

@@ -1,17 +1,14 @@
-"""What the decider reads and what it returns: plain data, no ORM.
-
-``Row`` mirrors one task row (one attempt). ``Snapshot`` is everything the
-decider may know about one execution at one instant. ``Decision`` is what it
-wants changed: rows to insert, rows to update (each with the status it was
-read in, so the executor can apply the update conditionally), timers to arm,
-children to start, and how the execution ends, if it does.
+"""What the decider reads: one execution at one instant, as plain data (no
+ORM). ``Row`` mirrors one task row (one attempt); ``Child`` a child
+execution as its parent sees it; ``Snapshot`` everything the decider may
+know. The decider copies what it is given and never changes it.
 """
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 SUCCESS = frozenset({"COMPLETED", "COMPLETED_WITH_ERRORS", "SKIPPED"})
@@ -57,29 +54,6 @@ class Child:
     reason: str
 
 
-@dataclass(frozen=True)
-class TimerSpec:
-    kind: str
-    due_at: dt.datetime
-    task_id: uuid.UUID | None = None
-
-
-@dataclass(frozen=True)
-class StartChild:
-    task_id: uuid.UUID
-    workflow_key: str
-    input: dict
-    path_prefix: str
-
-
-@dataclass(frozen=True)
-class Ending:
-    status: str  # COMPLETED, FAILED, TIMED_OUT, TERMINATED
-    output: dict
-    reason: str = ""
-    failed_tasks: tuple[str, ...] = ()
-
-
 @dataclass
 class Snapshot:
     """The decider's whole input for one execution."""
@@ -106,35 +80,9 @@ class Snapshot:
     version: int = 0
     parent_execution_id: uuid.UUID | None = None
     max_fork_items: int = 10_000
+    # A script's result is held to what any task output is held to.
+    max_output_bytes: int = 1_048_576  # NODE_FLOW_MAX_BODY_BYTES
+    max_json_depth: int = 100  # NODE_FLOW_MAX_JSON_DEPTH
     max_loop_iterations: int = 100  # DO_WHILE iterations one decision may run (then `again`)
     # retry-budget counters by task-definition name: (executions, retries) in the window
     budgets: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-
-@dataclass
-class Decision:
-    created: list[Row] = field(default_factory=list)
-    updated: list[Row] = field(default_factory=list)
-    timers: list[TimerSpec] = field(default_factory=list)
-    children: list[StartChild] = field(default_factory=list)
-    cancel_children: list[uuid.UUID] = field(default_factory=list)
-    consumed_messages: dict[uuid.UUID, list[int]] = field(default_factory=dict)
-    variables: dict | None = None
-    ending: Ending | None = None
-    evaluated: bool = False  # first evaluation: arm the workflow timeout
-    deadline: dt.datetime | None = None
-    next_seq: int = 0
-    # task-definition names, one per retry scheduled / refused by the retry budget (metrics)
-    retries: list[str] = field(default_factory=list)
-    budget_refusals: list[str] = field(default_factory=list)
-    capped: int = 0  # dispatchable tasks held back by maxConcurrentTasks
-    # A loop stopped at the decision's bound with iterations left to run: the
-    # executor asks a follow-up decision of the decider role.
-    again: bool = False
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.created or self.updated or self.timers or self.children or self.cancel_children
-            or self.variables is not None or self.ending or self.evaluated or self.consumed_messages or self.again
-        )

@@ -1,37 +1,30 @@
-"""The decider: (snapshot, now) → decision. Pure.
+"""The walk: one pass over the workflow definition against the execution's
+task rows, saying what happens next.
 
-It walks the workflow definition against the task rows of the execution and
-says what happens next: which tasks to schedule, which operators complete
-(operators are evaluated here, never dispatched), which rows to retry,
-cancel or absorb, which children to start, and whether the execution ends.
-It reads no clock (``snapshot.now``), no database and no randomness but the
-``rand`` it is given; the executor (``executions.executor``) applies the
-decision under the execution's row lock.
-
-Paths name logical tasks: ``charge``; ``fan[3].charge`` (item 3 of a dynamic
-fork); ``loop[2].step`` (iteration 2 of a DO_WHILE); ``sub.inner`` (a task of
-the child started by SUB_WORKFLOW ``sub``). Static fork branches and switch
-cases add nothing: reference names are unique in a definition.
+``Walk.block`` runs a task list in order; ``Walk.task`` looks at one task's
+latest row and hands it to its type's handler (``operators.HANDLERS``), or,
+for a dispatched task (SIMPLE, system), waits for its result. Failures go
+through ``Walk.failed`` (retry, absorb as optional, or fail the block), and
+everything the walk wants changed is collected in its ``Decision``.
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
-import random
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from executions import javascript, retry
-from executions.state import FAILURE, OPEN, SUCCESS, Decision, Ending, Row, Snapshot, StartChild, TimerSpec
-from metadata import durations, task_types
-from metadata.baking import snapshot_key
-from metadata.expressions import case_key, resolve
+from executions.decider import operators
+from executions.decider.decision import Decision, Ending, TimerSpec
+from executions.decider.outcomes import DONE, DONE_EMPTY, ENDED, FAILED, RUNNING_OUTCOME, Outcome, Scope
+from executions.decider.snapshot import FAILURE, OPEN, SUCCESS, Row, Snapshot
+from metadata import task_types
+from metadata.expressions import resolve
 from metadata.tree import walk_tasks
-from nodeflow.ids import new_id
 
-DONE, RUNNING, FAILED, ENDED = "DONE", "RUNNING", "FAILED", "ENDED"
 # Operators are never retried: evaluating them again gives the same answer.
 NOT_RETRIED = frozenset({"SWITCH", "FORK_JOIN", "JOIN", "FORK_JOIN_DYNAMIC", "DO_WHILE", "TERMINATE", "SET_VARIABLE"})
 DISPATCHED = frozenset({"worker", "system"})
@@ -40,44 +33,21 @@ _SEGMENT = re.compile(r"[^.\[]+")
 PAST_DEADLINE = "not retried: the next attempt would start after the execution's deadline"
 
 
-@dataclass
-class Outcome:
-    kind: str
-    reason: str = ""
-    failed: tuple[str, ...] = ()
-    output: dict = field(default_factory=dict)
-    joins: dict = field(default_factory=dict)
-    ending: Ending | None = None
-    timed_out: bool = False
-
-
-DONE_EMPTY = Outcome(DONE)
-RUNNING_OUTCOME = Outcome(RUNNING)
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Where a task list is being evaluated: the path prefix of its rows, and
-    inside a dynamic fork, the item and its index."""
-
-    prefix: str
-    item: Any = None
-    index: int | None = None
-
-
-def decide(snap: Snapshot, *, rand: Callable[[], float] = random.random, make_id: Callable[[], uuid.UUID] = new_id,
+def decide(snap: Snapshot, *, rand: Callable[[], float], make_id: Callable[[], uuid.UUID],
            in_time: Callable[[], bool] = lambda: True) -> Decision:
-    """What should happen next in this execution. ``in_time``: False once
-    the decision has run long enough that a loop should start no further
-    iteration (the executor's time budget; the walk reads no clock)."""
-    return _Walk(snap, rand, make_id, in_time).run()
+    """What should happen next in this execution. ``rand`` draws retry
+    jitter in [0, 1); ``make_id`` names new task rows; ``in_time`` is False
+    once the decision has run long enough that a loop should start no
+    further iteration (the executor's time budget: the walk reads no clock).
+    ``snap`` is left as it was."""
+    return Walk(snap, rand, make_id, in_time).run()
 
 
 class _Context(Mapping):
     """The expression context of one scope: ``workflow``, ``item``/``index``,
     and every task reference, resolved from the innermost scope outwards."""
 
-    def __init__(self, walk: _Walk, scope: Scope) -> None:
+    def __init__(self, walk: Walk, scope: Scope) -> None:
         self.walk, self.scope = walk, scope
 
     def __getitem__(self, key: str) -> Any:
@@ -102,11 +72,10 @@ class _Context(Mapping):
         return 0
 
 
-class _Walk:
+class Walk:
     def __init__(self, snap: Snapshot, rand: Callable[[], float], make_id: Callable[[], uuid.UUID],
                  in_time: Callable[[], bool]) -> None:
         self.snap, self.now, self.rand, self.make_id, self.in_time = snap, snap.now, rand, make_id, in_time
-        self.iterations_left = snap.max_loop_iterations
         self.decision = Decision(next_seq=snap.next_seq)
         self.by_path: dict[str, list[Row]] = {}
         self.latest_by_ref: dict[str, Row] = {}
@@ -114,7 +83,10 @@ class _Walk:
         self.variables = dict(snap.variables)
         self.messages = list(snap.messages)
         self.open_dispatchable = 0
-        for row in sorted(snap.rows, key=lambda r: r.seq):
+        self.iterations_left = snap.max_loop_iterations
+        self.script_limits = javascript.Limits(max_result_bytes=snap.max_output_bytes, max_depth=snap.max_json_depth)
+        for read in sorted(snap.rows, key=lambda r: r.seq):
+            row = copy.copy(read)  # the walk changes its own copies, never the snapshot's rows
             row.read_status = row.status
             self._index(row)
             if row.kind in DISPATCHED and row.status in OPEN:
@@ -159,6 +131,10 @@ class _Walk:
     def resolve(self, value: Any, scope: Scope) -> Any:
         return resolve(value, _Context(self, scope))
 
+    def evaluate(self, code: str, value: Any) -> Any:
+        """A SWITCH or DO_WHILE script, under the decider's limits."""
+        return javascript.evaluate(code, value, self.script_limits)
+
     def policy(self, task: dict) -> dict:
         """Defaults ← the task definition ← the workflow task's own overrides."""
         merged = dict(retry.DEFAULT_POLICY)
@@ -187,6 +163,10 @@ class _Walk:
         self.decision.created.append(row)
         return row
 
+    def operator_row(self, task: dict, path: str, inputs: dict, status: str, output: dict | None = None,
+                     reason: str = "") -> Row:
+        return self.new_row(task, path, status=status, kind="operator", inputs=inputs, output=output, reason=reason)
+
     def finish(self, row: Row, status: str, *, output: dict | None = None, reason: str | None = None) -> None:
         fields: dict[str, Any] = {"status": status, "ended_at": self.now}
         if output is not None:
@@ -194,6 +174,14 @@ class _Walk:
         if reason is not None:
             fields["reason"] = reason
         self.change(row, **fields)
+
+    def another_iteration(self) -> bool:
+        """Whether this decision may run one more loop iteration: loops whose
+        iterations end within the walk (operators only) are decided in
+        bounded steps, at most ``max_loop_iterations`` per decision and none
+        started after ``in_time()`` turns False; a follow-up decision goes on."""
+        self.iterations_left -= 1
+        return self.iterations_left > 0 and self.in_time()
 
     # --- the walk ---------------------------------------------------------
     def run(self) -> Decision:
@@ -204,7 +192,6 @@ class _Walk:
             # timer has not fired yet (a sweeper lags, or a parent decides
             # before its own timer): the execution ends TIMED_OUT here.
             ending = Ending("TIMED_OUT", {}, deadline_reason(snap.deadline))
-            outcome = RUNNING_OUTCOME
         else:
             if snap.evaluated_at is None:
                 self.arm_workflow_deadline()
@@ -262,11 +249,11 @@ class _Walk:
         row = self.latest(path)
         if row is None:
             return self.start(task, path, scope, previous)
-        handler = getattr(self, f"progress_{task['type'].lower()}", None)
         if row.status in FAILURE:
             return self.failed(task, row, scope, previous)
-        if handler is not None:
-            return handler(task, row, scope)
+        progress = operators.handler_of(task["type"]).progress
+        if progress is not None:
+            return progress(self, task, row, scope)
         if row.status in SUCCESS:
             return Outcome(DONE, output=row.output)
         if row.status == "SCHEDULED" and row.kind not in DISPATCHED:
@@ -281,11 +268,12 @@ class _Walk:
             self.decision.capped += 1  # blockedBy maxConcurrentTasks on the execution
             return RUNNING_OUTCOME  # maxConcurrentTasks: scheduled when a running task ends
         inputs = self.resolve(task["inputParameters"], scope)
-        if kind == "operator" and task["type"] != "SUB_WORKFLOW":
-            return getattr(self, f"start_{task['type'].lower()}")(task, path, scope, inputs, previous)
+        start = operators.handler_of(task["type"]).start
+        if start is not None:
+            return start(self, task, path, scope, inputs, previous)
         row = self.new_row(task, path, status="SCHEDULED", kind=kind, inputs=inputs, attempt=attempt,
                            available_at=available_at, first_scheduled_at=first_scheduled_at)
-        self.arm_task_timers(row, attempt)
+        self.decision.timers.extend(task_timers(row, starts_budget=attempt == 1))
         if kind in DISPATCHED:
             self.open_dispatchable += 1
             return RUNNING_OUTCOME
@@ -295,241 +283,14 @@ class _Walk:
         cap = int(self.snap.workflow.get("maxConcurrentTasks") or 0)
         return cap > 0 and self.open_dispatchable >= cap
 
-    def arm_task_timers(self, row: Row, attempt: int) -> None:
-        self.decision.timers.extend(task_timers(row, starts_budget=attempt == 1))
-
     def activate(self, task: dict, row: Row, scope: Scope) -> Outcome:
         """A SUB_WORKFLOW or waiting task whose (retry) time has come starts."""
         if row.available_at > self.now:
             self.decision.timers.append(TimerSpec("DECIDE", row.available_at, row.id))
             return RUNNING_OUTCOME
         self.change(row, status="IN_PROGRESS", started_at=self.now)
-        return getattr(self, f"begin_{task['type'].lower()}", self.begin_waiting)(task, row, scope)
-
-    def begin_waiting(self, task: dict, row: Row, scope: Scope) -> Outcome:
-        return RUNNING_OUTCOME  # HUMAN and WAIT_FOR_WEBHOOK wait for the API
-
-    def begin_wait(self, task: dict, row: Row, scope: Scope) -> Outcome:
-        try:
-            if "until" in row.input:
-                due = durations.parse_instant(row.input["until"])
-            else:
-                due = self.now + dt.timedelta(seconds=durations.parse_duration(row.input.get("duration")))
-        except ValueError as exc:
-            self.finish(row, "FAILED_WITH_TERMINAL_ERROR", reason=f"WAIT: {exc}")
-            return self.failed(task, row, scope, DONE_EMPTY)
-        if due <= self.now:
-            self.finish(row, "COMPLETED")
-            return Outcome(DONE)
-        self.decision.timers.append(TimerSpec("WAIT", due, row.id))
-        return RUNNING_OUTCOME
-
-    def begin_pull_workflow_messages(self, task: dict, row: Row, scope: Scope) -> Outcome:
-        return self.progress_pull_workflow_messages(task, row, scope)
-
-    def begin_sub_workflow(self, task: dict, row: Row, scope: Scope) -> Outcome:
-        if self.snap.depth + 1 > task_types.MAX_CALL_DEPTH:
-            self.finish(row, "FAILED_WITH_TERMINAL_ERROR",
-                        reason=f"a child started from depth {self.snap.depth} exceeds the call depth limit {task_types.MAX_CALL_DEPTH}")
-            return self.failed(task, row, scope, DONE_EMPTY)
-        param = task["subWorkflowParam"]
-        key = snapshot_key(param["name"], param["version"])
-        self.decision.children.append(StartChild(row.id, key, row.input, row.path + "."))
-        return RUNNING_OUTCOME
-
-    # --- operators --------------------------------------------------------
-    def operator_row(self, task: dict, path: str, inputs: dict, status: str, output: dict | None = None, reason: str = "") -> Row:
-        return self.new_row(task, path, status=status, kind="operator", inputs=inputs, output=output, reason=reason)
-
-    def start_set_variable(self, task, path, scope, inputs, previous) -> Outcome:
-        self.variables.update(inputs)
-        self.operator_row(task, path, inputs, "COMPLETED")
-        return Outcome(DONE)
-
-    def start_terminate(self, task, path, scope, inputs, previous) -> Outcome:
-        status = inputs.get("terminationStatus") or "COMPLETED"
-        if status not in task_types.TERMINATION_STATUSES:
-            status = "FAILED"
-        output = inputs.get("workflowOutput")
-        output = output if isinstance(output, dict) else ({} if output is None else {"result": output})
-        reason = str(inputs.get("terminationReason") or "")
-        self.operator_row(task, path, inputs, "COMPLETED", output=output)
-        return Outcome(ENDED, ending=Ending(status, output, reason, (task["name"],) if status == "FAILED" else ()))
-
-    def start_join(self, task, path, scope, inputs, previous) -> Outcome:
-        wanted = task.get("joinOn") or []
-        joined = previous.joins
-        if wanted:
-            joined = {key: out for key, out in joined.items() if _ref_of(key) in wanted}
-            for ref in wanted:
-                if not any(_ref_of(key) == ref for key in joined):
-                    row = self.find(ref, scope.prefix)
-                    if row is not None:
-                        joined[ref] = row.output
-        self.operator_row(task, path, inputs, "COMPLETED", output=joined)
-        return Outcome(DONE, output=joined)
-
-    def start_switch(self, task, path, scope, inputs, previous) -> Outcome:
-        try:
-            if task["evaluatorType"] == "javascript":
-                case = case_key(javascript.evaluate(task["expression"], inputs))
-            else:
-                case = case_key(inputs.get(task["expression"]))
-        except javascript.ScriptError as exc:
-            row = self.operator_row(task, path, inputs, "FAILED_WITH_TERMINAL_ERROR", reason=f"SWITCH expression: {exc}")
-            return self.failed(task, row, scope, previous)
-        selected = case if case in task["decisionCases"] else "default"
-        row = self.operator_row(task, path, inputs, "COMPLETED", output={"selectedCase": case, "branch": selected})
-        return self.progress_switch(task, row, scope)
-
-    def progress_switch(self, task, row, scope) -> Outcome:
-        branch = row.output.get("branch")
-        tasks = task["decisionCases"].get(branch, []) if branch != "default" else task.get("defaultCase", [])
-        return self.block(tasks, scope)
-
-    def start_fork_join(self, task, path, scope, inputs, previous) -> Outcome:
-        return self.progress_fork_join(task, self.operator_row(task, path, inputs, "IN_PROGRESS"), scope)
-
-    def progress_fork_join(self, task, row, scope) -> Outcome:
-        branches = [(scope, branch) for branch in task["forkTasks"]]
-        return self.fork(task, row, scope, branches, task.get("maxConcurrency") or len(branches))
-
-    def start_fork_join_dynamic(self, task, path, scope, inputs, previous) -> Outcome:
-        items = inputs.get("items")
-        if not isinstance(items, list):
-            row = self.operator_row(task, path, inputs, "FAILED_WITH_TERMINAL_ERROR",
-                                    reason=f"FORK_JOIN_DYNAMIC: items must be a list, not {type(items).__name__}")
-            return self.failed(task, row, scope, previous)
-        if len(items) > self.snap.max_fork_items:
-            row = self.operator_row(task, path, {"items": len(items)}, "FAILED_WITH_TERMINAL_ERROR",
-                                    reason=f"FORK_JOIN_DYNAMIC: {len(items)} items exceed the limit of {self.snap.max_fork_items}")
-            return self.failed(task, row, scope, previous)
-        row = self.operator_row(task, path, inputs, "IN_PROGRESS", output={"items": len(items)})
-        return self.progress_fork_join_dynamic(task, row, scope)
-
-    def progress_fork_join_dynamic(self, task, row, scope) -> Outcome:
-        items = row.input.get("items") or []
-        branches = [
-            (Scope(f"{row.path}[{index}].", item, index), [task["forkTask"]]) for index, item in enumerate(items)
-        ]
-        return self.fork(task, row, scope, branches, task["maxConcurrency"])
-
-    def fork(self, task: dict, row: Row, scope: Scope, branches: list[tuple[Scope, list[dict]]], limit: int) -> Outcome:
-        """Run branches side by side, at most ``limit`` at once; fail fast."""
-        running, joins = 0, {}
-        for branch_scope, tasks in branches:
-            started = self.latest(branch_scope.prefix + tasks[0]["taskReferenceName"]) is not None
-            if not started and running >= limit:
-                running += 1  # waits for a free slot
-                continue
-            outcome = self.block(tasks, branch_scope)
-            if outcome.kind == RUNNING:
-                running += 1
-            elif outcome.kind in (FAILED, ENDED):
-                if outcome.kind == FAILED:
-                    self.cancel(self.subtree_rows(task, row, scope))
-                    self.finish(row, "FAILED", reason=outcome.reason)
-                return outcome
-            else:
-                joins.update(self.branch_outputs(tasks, branch_scope, scope))
-        if running:
-            return RUNNING_OUTCOME
-        if row.status != "COMPLETED":
-            self.finish(row, "COMPLETED", output={**row.output, "joined": len(joins)})
-        return Outcome(DONE, joins=joins)
-
-    def branch_outputs(self, tasks: list[dict], branch_scope: Scope, scope: Scope) -> dict:
-        outputs = {}
-        for task, _ in walk_tasks(tasks):
-            found = self.latest(branch_scope.prefix + task["taskReferenceName"])
-            if found is not None and found.status in SUCCESS:
-                outputs[found.path[len(scope.prefix):]] = found.output
-        return outputs
-
-    def start_do_while(self, task, path, scope, inputs, previous) -> Outcome:
-        row = self.operator_row(task, path, inputs, "IN_PROGRESS", output={"iteration": 1})
-        return self.progress_do_while(task, row, scope)
-
-    def progress_do_while(self, task, row, scope) -> Outcome:
-        if row.status in SUCCESS:
-            return Outcome(DONE, output=row.output)
-        while True:
-            iteration = int(row.output.get("iteration", 1))
-            inner = Scope(f"{row.path}[{iteration}].", scope.item, scope.index)
-            outcome = self.block(task["loopOver"], inner)
-            if outcome.kind == FAILED:
-                self.finish(row, "FAILED", reason=outcome.reason)
-                return outcome
-            if outcome.kind != DONE:
-                return outcome
-            verdict = self.loop_again(task, row, scope, inner, iteration)
-            if verdict is not None:
-                return verdict
-            self.change(row, output={**row.output, "iteration": iteration + 1})
-            if not self.another_iteration():
-                self.decision.again = True
-                return RUNNING_OUTCOME
-
-    def another_iteration(self) -> bool:
-        """Whether this decision may run one more loop iteration: loops whose
-        iterations end within the walk (operators only) are decided in
-        bounded steps, at most ``max_loop_iterations`` per decision and none
-        started after ``in_time()`` turns False; a follow-up decision goes on."""
-        self.iterations_left -= 1
-        return self.iterations_left > 0 and self.in_time()
-
-    def loop_again(self, task: dict, row: Row, scope: Scope, inner: Scope, iteration: int) -> Outcome | None:
-        """None to run another iteration, else how the loop ended."""
-        value = dict(self.resolve(task["inputParameters"], inner))
-        value["iteration"] = iteration
-        for child, _ in walk_tasks(task["loopOver"]):
-            found = self.latest(inner.prefix + child["taskReferenceName"])
-            if found is not None:
-                value[child["taskReferenceName"]] = {"output": found.output, "status": found.status}
-        try:
-            again = javascript.truthy(javascript.evaluate(task["loopCondition"], value))
-        except javascript.ScriptError as exc:
-            self.finish(row, "FAILED_WITH_TERMINAL_ERROR", reason=f"DO_WHILE loopCondition: {exc}")
-            return Outcome(FAILED, reason=f"{row.path}: {row.reason}", failed=(task["name"],))
-        if not again:
-            self.finish(row, "COMPLETED", output={"iteration": iteration})
-            return Outcome(DONE, output=row.output)
-        if iteration >= task["maxIterations"]:
-            reason = f"DO_WHILE ran out of iterations: loopCondition still true after maxIterations ({task['maxIterations']})"
-            self.finish(row, "FAILED", reason=reason)
-            return Outcome(FAILED, reason=f"{row.path}: {reason}", failed=(task["name"],))
-        return None
-
-    def progress_sub_workflow(self, task, row, scope) -> Outcome:
-        if row.status in SUCCESS:
-            return Outcome(DONE, output=row.output)
-        if row.status == "SCHEDULED":
-            return self.activate(task, row, scope)
-        child = self.snap.children.get(row.child_execution_id) if row.child_execution_id else None
-        if child is None or child.status in ("RUNNING", "PAUSED"):
-            return RUNNING_OUTCOME
-        if child.status == "COMPLETED":
-            self.finish(row, "COMPLETED", output={**child.output, "subWorkflowId": str(child.id)})
-            return Outcome(DONE, output=row.output)
-        # A terminated child is not retried or absorbed by ``optional``: that
-        # would swallow the terminate (SPEC §6). Its task ends CANCELED.
-        status = "CANCELED" if child.status == "TERMINATED" else "FAILED"
-        self.finish(row, status, reason=f"sub-workflow {child.id} {child.status}: {child.reason}")
-        return self.failed(task, row, scope, DONE_EMPTY)
-
-    def progress_pull_workflow_messages(self, task, row, scope) -> Outcome:
-        if row.status in SUCCESS:
-            return Outcome(DONE, output=row.output)
-        if row.status == "SCHEDULED":
-            return self.activate(task, row, scope)
-        if not self.messages:
-            return RUNNING_OUTCOME
-        size = row.input.get("batchSize", 1)
-        size = size if isinstance(size, int) and size > 0 else 1
-        taken, self.messages = self.messages[:size], self.messages[size:]
-        self.decision.consumed_messages[row.id] = [message_id for message_id, _ in taken]
-        self.finish(row, "COMPLETED", output={"messages": [payload for _, payload in taken]})
-        return Outcome(DONE, output=row.output)
+        begin = operators.handler_of(task["type"]).begin
+        return RUNNING_OUTCOME if begin is None else begin(self, task, row, scope)
 
     # --- failure ----------------------------------------------------------
     def failed(self, task: dict, row: Row, scope: Scope, previous: Outcome) -> Outcome:
@@ -592,7 +353,7 @@ class _Walk:
             self.change(row, reason=f"{row.reason}; {text}" if row.reason else text)
 
     # --- cancellation -----------------------------------------------------
-    def cancel(self, rows) -> None:
+    def cancel(self, rows: Iterable[Row]) -> None:
         for row in list(rows):
             if row.status in OPEN:
                 self.finish(row, "CANCELED", reason="canceled")
@@ -646,8 +407,3 @@ def _parent_prefix(prefix: str) -> str:
     trimmed = prefix[:-1]
     cut = trimmed.rfind(".")
     return "" if cut < 0 else trimmed[: cut + 1]
-
-
-def _ref_of(key: str) -> str:
-    """``fan[3].charge`` → ``charge``; ``charge`` → ``charge``."""
-    return key.rsplit(".", 1)[-1]

@@ -1,0 +1,30 @@
+"""WAIT: waits for a duration (``duration``: "30s", "2m") or until an
+instant (``until``), on a durable WAIT timer; a bad value fails it."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from executions.decider.decision import TimerSpec
+from executions.decider.outcomes import DONE, DONE_EMPTY, RUNNING_OUTCOME, Outcome, Scope
+from executions.decider.snapshot import Row
+from metadata import durations
+
+if TYPE_CHECKING:
+    from executions.decider.walk import Walk
+
+
+def begin(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
+    try:
+        if "until" in row.input:
+            due = durations.parse_instant(row.input["until"])
+        else:
+            due = walk.now + dt.timedelta(seconds=durations.parse_duration(row.input.get("duration")))
+    except ValueError as exc:
+        walk.finish(row, "FAILED_WITH_TERMINAL_ERROR", reason=f"WAIT: {exc}")
+        return walk.failed(task, row, scope, DONE_EMPTY)
+    if due <= walk.now:
+        walk.finish(row, "COMPLETED")
+        return Outcome(DONE)
+    walk.decision.timers.append(TimerSpec("WAIT", due, row.id))
+    return RUNNING_OUTCOME
