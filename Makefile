@@ -35,6 +35,8 @@ test-sqlite: venv
 	@echo "== tests on SQLite"
 	env -u DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS)
 
+# The benchmark (tools/bench.py; PostgreSQL: DATABASE_URL=postgres://…). The
+# soak and the stress run: README, "Tools".
 bench: venv
 	$(PY) manage.py nodeflow_bench
 

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "executions",
     "quotas",
     "console",
+    "tools",
 ]
 
 MIDDLEWARE = [

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from nodeflow.bench import free_port
 from tests.conftest import Api
+from tests.procs.stack import free_port
 
 TASKDEFS = "metadata/task-definitions"
 WORKFLOWS = "metadata/workflow-definitions"

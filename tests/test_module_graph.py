@@ -6,6 +6,9 @@ decider, snapshots, attempts, runs, the controls in quotas} → models. A
 module never imports, at its top or inside a function, a module that
 imports it back, directly or through others: a cycle is how a control
 attached below comes to be bypassed from above (docs/engine.md, "Layers").
+The benchmark, soak and stress tools (``tools/``) and the tests drive the
+product from outside: they may import any of it, and nothing in it, its
+commands and migrations included, imports them.
 """
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("executions", "quotas", "metadata", "nodeflow", "console", "nodeflow_worker")
+PRODUCT = ("executions", "quotas", "metadata", "nodeflow", "console", "nodeflow_worker")
+OUTSIDE = ("tools", "tests")
+PACKAGES = (*PRODUCT, "tools")
 # The engine's layers, lowest first: a module may import only from its own
 # layer's lower neighbours, never from a layer above it.
 LAYERS = [
@@ -43,6 +48,11 @@ def _modules() -> dict[str, pathlib.Path]:
 
 def _imports(path: pathlib.Path, name: str, known: set[str]) -> set[str]:
     """Project modules ``path`` imports, wherever the import statement is."""
+    return {t for t in _targets(path, name) if t in known and t != name}
+
+
+def _targets(path: pathlib.Path, name: str) -> set[str]:
+    """Every module (or name in one) ``path`` imports, absolute, outside ``if TYPE_CHECKING:``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
     tree = ast.parse(path.read_text())
@@ -58,7 +68,7 @@ def _imports(path: pathlib.Path, name: str, known: set[str]) -> set[str]:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
             targets.add(base)
             targets |= {f"{base}.{alias.name}" for alias in node.names}
-    return {t for t in targets if t in known and t != name}
+    return targets
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -119,3 +129,19 @@ def test_no_layer_imports_a_layer_above_it():
     upward = [f"{module} → {target}" for module, targets in graph.items() if module in rank
               for target in targets if target in rank and rank[target] > rank[module]]
     assert upward == []
+
+
+def _reaches_outside(path: pathlib.Path, name: str) -> list[str]:
+    return sorted(t for t in _targets(path, name) if t.split(".")[0] in OUTSIDE)
+
+
+def test_the_product_imports_neither_tools_nor_tests():
+    found = [f"{_module_name(path)} → {target}" for package in PRODUCT for path in (ROOT / package).rglob("*.py")
+             for target in _reaches_outside(path, _module_name(path))]
+    assert found == []
+
+
+def test_the_outside_check_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / "example.py"
+    path.write_text("def run():\n    from tools import bench\n    import tests.procs.stack\n")
+    assert _reaches_outside(path, "nodeflow.example") == ["tests.procs.stack", "tools", "tools.bench"]

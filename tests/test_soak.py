@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from nodeflow.bench import with_database
 from tests.procs.stack import PYTHON, ROOT, live_database_url
+from tools.stack import with_database
 
 pytestmark = [pytest.mark.slow]
 

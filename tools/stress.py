@@ -20,16 +20,12 @@ import json
 import math
 import os
 import random
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
 from django.db import connection, connections
 
 from executions import dispatch, lifecycle, results
@@ -40,8 +36,8 @@ from metadata.models import TaskDefinition
 from nodeflow.keys import ensure_namespace
 from nodeflow.models import Namespace
 from quotas import semaphores
+from tools.stack import PYTHON, Stack, live_database_url
 
-ROOT = Path(__file__).resolve().parent.parent
 CAPPED, SHARED, SEMAPHORE = "stress_capped", "stress_shared", "stress_sem"
 
 
@@ -58,15 +54,6 @@ class Plan:
     work_ms: tuple[float, float] = (2.0, 20.0)
     tasks: int = 1000  # per queue
     batch: int = 5
-
-
-def database_url() -> str:
-    """The URL of the database this process uses (the test database in tests)."""
-    db = connection.settings_dict
-    if connection.vendor == "postgresql":
-        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-        return f"postgres://{db['USER'] or 'postgres'}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    return f"sqlite:///{db['NAME']}"
 
 
 # --- the parent ---------------------------------------------------------------
@@ -104,22 +91,21 @@ def prepare(plan: Plan) -> Namespace:
 def run(plan: Plan, out=print) -> dict:
     """Prepare, run ``plan.processes`` children, and report."""
     prepare(plan)
-    workdir = Path(tempfile.mkdtemp(prefix="nodeflow-stress-"))
-    env = {**os.environ, "DATABASE_URL": database_url(), "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+    stack = Stack(live_database_url())
+    workdir = stack.logdir
     plan_json = json.dumps(dataclasses.asdict(plan))
     out(f"stress: {plan.processes} processes × {plan.pollers} pollers for {plan.seconds:g} s "
         f"(cap {plan.cap}, permits {plan.permits}, rate {plan.rate}/{plan.window_s:g} s)")
     began = time.monotonic()
-    children = [
-        subprocess.Popen([sys.executable, "manage.py", "nodeflow_stress", "--child", str(workdir / f"{index}.json"),
-                          "--plan", plan_json], cwd=ROOT, env=env,
-                         stdout=open(workdir / f"{index}.log", "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
-        for index in range(plan.processes)
-    ]
-    for child in children:
-        child.wait(timeout=plan.seconds + 120)
+    try:
+        for index in range(plan.processes):
+            stack.add(f"stress-{index}", [PYTHON, "manage.py", "nodeflow_stress", "--child",
+                                          str(workdir / f"{index}.json"), "--plan", plan_json])
+        codes = [process.wait(timeout=plan.seconds + 120) for process in stack.processes.values()]
+    finally:
+        stack.stop()  # a child still running after the wait is stopped, not left behind
     elapsed = time.monotonic() - began
-    failed = [index for index, child in enumerate(children) if child.returncode != 0]
+    failed = [index for index, code in enumerate(codes) if code != 0]
     if failed:
         raise RuntimeError(f"stress children {failed} failed; logs in {workdir}")
     records = [record for index in range(plan.processes) for record in json.loads((workdir / f"{index}.json").read_text())]
@@ -227,6 +213,3 @@ def plan_from(options: dict) -> Plan:
         values["work_ms"] = tuple(values["work_ms"])
     return Plan(**values)
 
-
-def needs_postgres() -> bool:
-    return settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql"

@@ -26,36 +26,28 @@ import datetime as dt
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-import httpx
 import psycopg
 from django.conf import settings
 
 from nodeflow.process import tune_gc
 from nodeflow_worker import Client
+from tools.stack import Stack, with_database
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 TASK = "bench_task"
 STEP = "bench_step"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+SERVER_WORKERS = 3
+# Enough for the 16 unbatched pollers; each thread keeps a database
+# connection, and a shared PostgreSQL has a connection limit.
+SERVER_THREADS = 8
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -66,73 +58,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-@dataclass
-class Stack:
-    """The server and its roles, as separate processes, on one database."""
-
-    database_url: str
-    server_workers: int = 3
-    # Enough for the 16 unbatched pollers; each thread keeps a database
-    # connection, and a shared PostgreSQL has a connection limit.
-    server_threads: int = 8
-    port: int = field(default_factory=free_port)
-    processes: list[subprocess.Popen] = field(default_factory=list)
-    log: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nodeflow-bench-")) / "stack.log")
-
-    @property
-    def env(self) -> dict:
-        return {**os.environ, "DATABASE_URL": self.database_url, "CONN_MAX_AGE": "600", "LOG_LEVEL": "WARNING",
-                "PYTHONUNBUFFERED": "1"}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def manage(self, *args: str) -> str:
-        done = subprocess.run([str(BIN / "python"), "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, check=True)
-        return done.stdout
-
-    def _spawn(self, *args: str) -> None:
-        out = open(self.log, "a")  # noqa: SIM115 - lives as long as the process
-        self.processes.append(subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=out, stderr=out))
-
-    def start(self, *, keep_alive: bool = True) -> None:
-        """``keep_alive=False`` for the throughput drains: gunicorn gives a
-        kept-alive connection to one worker process for its life, so a few
-        busy workers' connections can all land on one process (one GIL)
-        while the others idle. Without keep-alive each request's connection
-        goes to whichever process accepts it first, a free one, as it
-        would through a proxy that opens a connection per request."""
-        self._spawn(str(BIN / "gunicorn"), "nodeflow.wsgi", "-b", f"127.0.0.1:{self.port}", "-k", "gthread",
-                    "-w", str(self.server_workers), "--threads", str(self.server_threads), "--log-level", "warning",
-                    "--keep-alive", "5" if keep_alive else "0",
-                    )
-        self._spawn(str(BIN / "python"), "manage.py", "nodeflow_decider")
-        self._spawn(str(BIN / "python"), "manage.py", "nodeflow_sweeper")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError(f"server did not start; see {self.log}")
-
-    def stop(self) -> None:
-        for process in self.processes:
-            process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        self.processes.clear()
+def start_server(stack: Stack, *, keep_alive: bool = True) -> None:
+    """gunicorn on the stack's port, a decider and a sweeper; returns once
+    the API answers. ``keep_alive=False`` for the throughput drains:
+    gunicorn gives a kept-alive connection to one worker process for its
+    life, so a few busy workers' connections can all land on one process
+    (one GIL) while the others idle. Without keep-alive each request's
+    connection goes to whichever process accepts it first, a free one, as
+    it would through a proxy that opens a connection per request."""
+    stack.add_gunicorn("gunicorn", stack.port, workers=SERVER_WORKERS, threads=SERVER_THREADS,
+                       keep_alive_s=5 if keep_alive else 0)
+    stack.add_role("decider", "nodeflow_decider")
+    stack.add_role("sweeper", "nodeflow_sweeper")
+    stack.wait_for_api()
 
 
 class Bench:
@@ -141,7 +79,7 @@ class Bench:
         self.db_name = "nodeflow_bench"
         self.tasks, self.unbatched_tasks, self.latency_runs = tasks, unbatched_tasks, latency_runs
         self.out = out
-        self.stack = Stack(database_url=with_database(admin_url, self.db_name))
+        self.stack = Stack(with_database(admin_url, self.db_name), env={"CONN_MAX_AGE": "600"})
         self.results: dict = {}
 
     # --- database --------------------------------------------------------
@@ -168,7 +106,7 @@ class Bench:
         self.admin(f"CREATE DATABASE {self.db_name}")
         self.stack.manage("migrate", "--noinput", "-v", "0")
         key = self.stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin").strip().splitlines()[-1]
-        self.stack.start()
+        start_server(self.stack)
         client = Client(self.stack.url, key)
         self.register(client)
         return client
@@ -253,14 +191,14 @@ class Bench:
     def throughput(self, client: Client, *, label: str, count: int, batch: int, threads: int,
                    baseline: bool = False) -> dict:
         before = self.commits()
-        self.stack.start(keep_alive=False) if not self.stack.processes else None
+        start_server(self.stack, keep_alive=False)
         start_rate = self.start_many(client, "bench_one", count)
         self.stack.stop()
         self.analyze()
         after_start = self.commits()
         # Under the same load as the drain that follows (the server is stopped).
         tps = self.baseline() if baseline else None
-        self.stack.start(keep_alive=False)
+        start_server(self.stack, keep_alive=False)
         self.warm_up(client)
         load = os.getloadavg()[0]
         rate = self.drain(client, count=count, batch=batch, threads=threads)
@@ -335,7 +273,7 @@ class Bench:
             self.stack.stop()
             batched = self.throughput(client, label="a: batched", count=self.tasks, batch=100, threads=4, baseline=True)
             unbatched = self.throughput(client, label="b: unbatched", count=self.unbatched_tasks, batch=1, threads=16)
-            self.stack.start()
+            start_server(self.stack)
             self.warm_up(client)
             sequential = self.sequential_latency(client)
             self.out(f"(c) 10-step workflow end to end: {sequential}")

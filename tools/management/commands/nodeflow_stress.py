@@ -1,13 +1,13 @@
 """``manage.py nodeflow_stress``: many processes × many pollers against the
 controls for a bounded time; prints the most seen in flight per control
-(see quotas/stress.py). Meant for PostgreSQL; SQLite works, slowly."""
+(see tools/stress.py). Meant for PostgreSQL; SQLite works, slowly."""
 from __future__ import annotations
 
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from quotas import stress
+from tools import stress
 
 
 class Command(BaseCommand):

@@ -3,8 +3,9 @@
 A steady load for a fixed time: a small mixed workflow (a SIMPLE task, a
 fork of a SIMPLE task and a JSON_JQ_TRANSFORM system task, a join, a last
 SIMPLE task) started at a fixed rate, served by the real server and roles as
-separate processes (``nodeflow.bench.Stack`` plus the system-task runner)
-and worked by real worker processes (``python -m nodeflow.soak URL KEY``).
+separate processes (``tools.bench.start_server`` on a ``tools.stack.Stack``,
+plus the system-task runner) and worked by real worker processes
+(``python -m tools.soak URL KEY``).
 A purge (``executions.purge.purge_executions``) runs periodically with a
 short retention so that the tables stay bounded.
 
@@ -34,8 +35,9 @@ import httpx
 import psycopg
 from django.db import connection
 
-from nodeflow import bench
 from nodeflow_worker import Client, StaleLease
+from tools import bench
+from tools.stack import PYTHON, Stack, with_database
 
 WORKFLOW = "soak_flow"
 QUEUES = ("soak_a", "soak_b")
@@ -173,18 +175,13 @@ def children(pid: int) -> list[int]:
     return [int(child) for child in found]
 
 
-def processes(stack: bench.Stack) -> dict[str, int]:
+def processes(stack: Stack) -> dict[str, int]:
     """Name → pid of every process of the run (gunicorn's workers too)."""
     named: dict[str, int] = {"soak": os.getpid()}
-    for process in stack.processes:
-        args = [str(arg) for arg in process.args]
-        if any(arg.endswith("gunicorn") for arg in args):
-            named["gunicorn"] = process.pid
+    for name, process in stack.processes.items():
+        named[name] = process.pid
+        if name == "gunicorn":
             named |= {f"gunicorn-worker-{i}": child for i, child in enumerate(sorted(children(process.pid)), 1)}
-        elif "nodeflow.soak" in args:
-            named[f"worker-{sum(name.startswith('worker-') for name in named) + 1}"] = process.pid
-        else:
-            named[args[-1].removeprefix("nodeflow_")] = process.pid
     return named
 
 
@@ -273,8 +270,7 @@ class Soak:
     def __init__(self, *, admin_url: str, options: Options, out: Callable[[str], None]) -> None:
         self.admin_url, self.options, self.out = admin_url, options, out
         self.autovacuum = True
-        self.stack = SoakStack(database_url=bench.with_database(admin_url, options.database_name),
-                               workers=options.workers)
+        self.stack = Stack(with_database(admin_url, options.database_name), env={"CONN_MAX_AGE": "600"})
 
     def admin(self, sql: str) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
@@ -286,10 +282,10 @@ class Soak:
         self.admin(f'CREATE DATABASE "{name}"')
         try:
             self.stack.manage("migrate", "--noinput", "-v", "0")
-            self.stack.key = self.stack.manage(
+            key = self.stack.manage(
                 "nodeflow_apikey", "create", "--namespace", "default", "--role", "admin").strip().splitlines()[-1]
-            self.stack.start()
-            client = Client(self.stack.url, self.stack.key, timeout_s=30)
+            self.start_stack(key)
+            client = Client(self.stack.url, key, timeout_s=30)
             try:
                 register(client)
                 with on_database(name):
@@ -300,6 +296,14 @@ class Soak:
         finally:
             if not self.options.keep_database:
                 self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def start_stack(self, key: str) -> None:
+        """The benchmark's server, decider and sweeper, plus the system-task
+        runner and the worker processes."""
+        bench.start_server(self.stack)
+        self.stack.add_role("systemtasks", "nodeflow_systemtasks")
+        for index in range(1, self.options.workers + 1):
+            self.stack.add(f"worker-{index}", [PYTHON, "-m", "tools.soak", self.stack.url, key])
 
     def drive(self, client: Client) -> dict:
         self.wait_for_workers()
@@ -367,7 +371,7 @@ class Soak:
                 if cursor.fetchone()[0] >= self.options.workers * len(QUEUES):
                     return
             time.sleep(0.2)
-        raise RuntimeError(f"the workers did not poll within {timeout_s} s; see {self.stack.log}")
+        raise RuntimeError(f"the workers did not poll within {timeout_s} s; logs in {self.stack.logdir}")
 
     @staticmethod
     def line(figures: dict) -> str:
@@ -378,21 +382,6 @@ class Soak:
                 f"({figures['completedPerSecond']}/s), p50 {figures['latencyP50s']} s, p99 {figures['latencyP99s']} s, "
                 f"not completed {figures['notCompleted']}; rows {rows}; tables {size_mib:.1f} MiB; "
                 f"RSS total {rss_mib:.0f} MiB; purged so far {figures['purgedSoFar']}")
-
-
-@dataclass
-class SoakStack(bench.Stack):
-    """bench's server, decider and sweeper, plus the system-task runner and
-    the worker processes."""
-
-    workers: int = 2
-    key: str = ""
-
-    def start(self) -> None:
-        super().start()
-        self._spawn(str(bench.BIN / "python"), "manage.py", "nodeflow_systemtasks")
-        for _ in range(self.workers):
-            self._spawn(str(bench.BIN / "python"), "-m", "nodeflow.soak", self.url, self.key)
 
 
 def summarise(*, options: Options, intervals: list[dict], rss_start: dict, rss_end: dict, tables_start: dict,
@@ -443,5 +432,4 @@ def summary_lines(figures: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(bench.ROOT))
     work(sys.argv[1], sys.argv[2])

@@ -1,9 +1,10 @@
 """``manage.py nodeflow_bench``: throughput, latency and commit figures, with a
-pgbench baseline from the same run. PostgreSQL only (see nodeflow/bench.py)."""
-from django.conf import settings
+pgbench baseline from the same run. PostgreSQL only (see tools/bench.py)."""
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
-from nodeflow.bench import Bench, with_database, write_json
+from tools.bench import Bench, write_json
+from tools.stack import live_database_url, with_database
 
 
 class Command(BaseCommand):
@@ -16,14 +17,10 @@ class Command(BaseCommand):
         parser.add_argument("--json", default="bench-results.json", help="where to write the figures")
 
     def handle(self, *args, tasks: int, unbatched_tasks: int, latency_runs: int, json: str, **options) -> None:
-        db = settings.DATABASES["default"]
-        if db["ENGINE"] != "django.db.backends.postgresql":
+        if connection.vendor != "postgresql":
             raise CommandError("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
-        admin_url = with_database(
-            f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/", "postgres"
-        )
-        bench = Bench(admin_url=admin_url, tasks=tasks, unbatched_tasks=unbatched_tasks,
-                      latency_runs=latency_runs, out=self.stdout.write)
+        bench = Bench(admin_url=with_database(live_database_url(), "postgres"), tasks=tasks,
+                      unbatched_tasks=unbatched_tasks, latency_runs=latency_runs, out=self.stdout.write)
         figures = bench.run()
         write_json(figures, json)
         self.stdout.write(f"figures written to {json}")

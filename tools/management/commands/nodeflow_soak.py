@@ -1,14 +1,15 @@
 """``manage.py nodeflow_soak --minutes 10``: a steady load for N minutes,
 reporting throughput drift, each process's memory and the main tables'
 growth, with a purge keeping them bounded. PostgreSQL only (see
-nodeflow/soak.py and docs/reliability.md)."""
+tools/soak.py and docs/reliability.md)."""
 import signal
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
-from nodeflow.bench import with_database, write_json
-from nodeflow.soak import Options, Soak, summary_lines
+from tools.bench import write_json
+from tools.soak import Options, Soak, summary_lines
+from tools.stack import live_database_url, with_database
 
 
 class Command(BaseCommand):
@@ -32,8 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args, minutes: float, rate: float, workers: int, retention_seconds: float,
                purge_every_seconds: float, report_every_seconds: float, warmup_seconds: float, database_name: str, keep_database: bool,
                json: str, **options) -> None:
-        db = settings.DATABASES["default"]
-        if db["ENGINE"] != "django.db.backends.postgresql":
+        if connection.vendor != "postgresql":
             raise CommandError("the soak needs PostgreSQL: set DATABASE_URL=postgres://…")
         for name, value in (("--minutes", minutes), ("--rate", rate), ("--workers", workers),
                             ("--retention-seconds", retention_seconds), ("--purge-every-seconds", purge_every_seconds),
@@ -42,10 +42,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{name} must be greater than 0")
         if warmup_seconds < 0:
             raise CommandError("--warmup-seconds must not be negative")
-        admin_url = with_database(
-            f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/", "postgres"
-        )
-        soak = Soak(admin_url=admin_url, out=self.report, options=Options(
+        soak = Soak(admin_url=with_database(live_database_url(), "postgres"), out=self.report, options=Options(
             minutes=minutes, rate=rate, workers=workers, retention_s=retention_seconds,
             purge_every_s=purge_every_seconds, report_every_s=report_every_seconds, warmup_s=warmup_seconds,
             database_name=database_name,

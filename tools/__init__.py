@@ -1,0 +1,7 @@
+"""Tools that drive the product from outside, as an operator would: the
+benchmark (``bench``), the soak (``soak``), the controls' stress run
+(``stress``), and the process stack they share with the multi-process tests
+(``stack``). Started by ``manage.py nodeflow_bench``, ``nodeflow_soak`` and
+``nodeflow_stress`` (``tools/management/commands``). They may import any
+product module; no product module imports them (tests/test_module_graph.py).
+"""
