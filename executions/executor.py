@@ -38,6 +38,7 @@ from nodeflow import clock, metrics
 from nodeflow.ids import new_id
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
+from nodeflow import transactions
 from quotas import admission, starts
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ def decide_next_request() -> bool:
     now = clock.now()
     execution_id = None
     try:
-        with transaction.atomic():
+        with transactions.outermost():
             request = runs.claim_decide_request(now)
             if request is None:
                 return False

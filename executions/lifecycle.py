@@ -10,7 +10,6 @@ import datetime as dt
 import logging
 import uuid
 
-from django.db import transaction
 
 from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
@@ -19,6 +18,7 @@ from executions.decider.snapshot import FAILURE
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
+from nodeflow import transactions
 from quotas import admission, starts
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def terminate_execution(*, execution_id: uuid.UUID, reason: str = "") -> Executi
 
 def pause_execution(*, execution_id: uuid.UUID) -> Execution:
     """No new task is scheduled or dispatched until resume; running ones finish."""
-    with transaction.atomic():
+    with transactions.outermost():
         execution = _locked_in(execution_id, (ExecutionStatus.RUNNING,), "pause")
         runs.set_status(execution, status=ExecutionStatus.PAUSED, was=ExecutionStatus.RUNNING, now=clock.now())
         attempts.hold_scheduled(execution_id=execution.id)
@@ -67,7 +67,7 @@ def pause_execution(*, execution_id: uuid.UUID) -> Execution:
 
 
 def resume_execution(*, execution_id: uuid.UUID) -> Execution:
-    with transaction.atomic():
+    with transactions.outermost():
         execution = _locked_in(execution_id, (ExecutionStatus.PAUSED,), "resume")
         runs.set_status(execution, status=ExecutionStatus.RUNNING, was=ExecutionStatus.PAUSED, now=clock.now())
         if not execution.awaiting_admission:  # admission releases a waiting run's tasks
@@ -82,7 +82,7 @@ def retry_execution(*, execution_id: uuid.UUID) -> Execution:
     root takes admission as a start does, before anything changes
     (quotas.starts): refused with the start's 429, or reopened awaiting
     admission, its new attempts held until it is admitted."""
-    with transaction.atomic():
+    with transactions.outermost():
         execution = _locked_in(execution_id, ENDED[1:], "retry")
         now = clock.now()
         admitted = starts.check_start(execution=execution, workflow=snapshots.workflow_of(execution), now=now)
@@ -137,7 +137,7 @@ def restart_execution(*, execution_id: uuid.UUID) -> Execution:
     root takes admission as a start does, before anything changes
     (quotas.starts): refused with the start's 429, or reopened awaiting
     admission and decided once admitted."""
-    with transaction.atomic():
+    with transactions.outermost():
         execution = _locked_in(execution_id, ENDED, "restart")
         workflow = snapshots.workflow_of(execution)
         now = clock.now()

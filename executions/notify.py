@@ -22,6 +22,8 @@ from collections.abc import Callable, Hashable
 
 from django.db import connection, transaction
 
+from nodeflow import transactions
+
 log = logging.getLogger(__name__)
 
 # One channel per kind of listener, so a process hears only what it waits
@@ -162,13 +164,10 @@ def system_freed(namespace_id: int, name: str | None, semaphores: tuple[str, ...
 
 
 def first_in_transaction(key: str) -> bool:
-    """True the first time ``key`` is asked in this transaction (always,
-    outside one): for work done once per transaction whatever its size."""
-    seen = _sent_in_transaction()
-    if key in seen:
-        return False
-    seen.add(key)
-    return True
+    """True the first time ``key`` is asked in this service transaction
+    (``nodeflow.transactions``): for work done once per transaction
+    whatever its size."""
+    return transactions.first_in_transaction(key)
 
 
 def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
@@ -176,24 +175,6 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
     freeing many slots of one queue sends one)."""
     if first_in_transaction(key):
         _send(channel, key)
-
-
-def _sent_in_transaction() -> set[str]:
-    # The set lives as long as the on_commit callback that forgets it: a
-    # rolled-back transaction drops the callback, and so the set with it.
-    state = getattr(connection, "_nodeflow_sent", None)
-    if state is not None and connection.in_atomic_block and any(
-        entry[1] is state[0] for entry in connection.run_on_commit
-    ):
-        return state[1]
-    keys: set[str] = set()
-    if connection.in_atomic_block:
-        def forget() -> None:
-            connection._nodeflow_sent = None
-
-        connection._nodeflow_sent = (forget, keys)
-        transaction.on_commit(forget)
-    return keys
 
 
 # --- the PostgreSQL listener ----------------------------------------------

@@ -46,12 +46,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models, transaction
+from django.db import models
 
 from executions import attempts, runs
 from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
 from nodeflow import clock
 from nodeflow.models import Namespace
+from nodeflow import transactions
 from quotas.models import Admission, SemaphoreHolder
 
 FINISHED = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT, ExecutionStatus.TERMINATED)
@@ -125,7 +126,7 @@ def _run_batch(
     archive_dir: pathlib.Path | None, name: str,
 ) -> _Batch:
     lock = not dry_run
-    with transaction.atomic() if lock else nullcontext():
+    with transactions.outermost() if lock else nullcontext():
         roots = _roots(older_than, namespace, size, cursor, lock=lock)
         if not roots:
             return _Batch()

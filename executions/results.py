@@ -14,13 +14,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
-
 from executions import attempts, executor, runs, sql
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
+from nodeflow import transactions
 
 
 
@@ -70,7 +69,7 @@ def _ends(result: Result) -> bool:
 
 def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
     """Apply one result (and the decision it causes)."""
-    with transaction.atomic():
+    with transactions.outermost():
         execution = runs.lock_of_task(result.task_id, namespace_id=namespace.id)
         if execution is None:
             raise NotFound(f"task '{result.task_id}' does not exist")
@@ -107,7 +106,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
     token (a worker finishing what one poll gave it) are written by one
     statement."""
     answers: list[dict] = []
-    with transaction.atomic():
+    with transactions.outermost():
         locked = runs.lock_of_tasks(
             [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS,
         )

@@ -18,6 +18,7 @@ from executions import attempts, executor, runs
 from executions.decider import deadline_reason
 from executions.models import ACTIVE_EXECUTION, OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
 from nodeflow import clock, metrics
+from nodeflow import transactions
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ FAILED_TIMER_BACKOFF_S = 5.0
 def fire_next_timer() -> bool:
     """Fire one due timer; False when none is due."""
     now = clock.now()
-    with transaction.atomic():
+    with transactions.outermost():
         timer = runs.claim_due_timer(now)
         if timer is None:
             return False
@@ -146,7 +147,7 @@ def expire_next_lease() -> bool:
         return False
     # Several sweepers spread over the candidates instead of queueing on one.
     task_id, execution_id = random.choice(candidates)
-    with transaction.atomic():
+    with transactions.outermost():
         execution = runs.lock(execution_id)
         task = Task.objects.filter(pk=task_id, status=TaskStatus.IN_PROGRESS, lease_expires_at__lte=now).first()
         if execution is not None and task is not None:

@@ -1,7 +1,6 @@
 """Execution routes (SPEC §6). Thin: parse, authorise, call a service, render."""
 from __future__ import annotations
 
-from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -19,6 +18,7 @@ from executions.serializers import (
 from nodeflow.auth import Scope
 from nodeflow.errors import Conflict
 from nodeflow.views import NamespacedView
+from nodeflow import transactions
 
 EXECUTION = inline_serializer(
     "Execution",
@@ -76,7 +76,7 @@ class ExecutionListView(NamespacedView):
         # would each be a transaction of their own. The view is cheap (blockedBy
         # reads cached controls and a remembered recent poll), so the commit
         # that makes the first tasks visible follows their insert closely.
-        with transaction.atomic():
+        with transactions.outermost():
             execution, created = lifecycle.start_execution(
                 namespace=self.namespace, name=data["name"], version=data.get("version"), input=data["input"],
                 correlation_id=data.get("correlationId"), idempotency_key=data.get("idempotencyKey"),

@@ -9,13 +9,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import transaction
 
 from executions import attempts, executor, runs
 from executions.models import ExecutionStatus, Message, Task, TaskStatus
 from metadata.expressions import ExpressionError, parse_path
 from nodeflow import clock
 from nodeflow.models import Namespace
+from nodeflow import transactions
 
 
 _ABSENT = object()
@@ -66,7 +66,7 @@ def deliver_webhook(*, namespace: Namespace, name: str, body: dict[str, Any]) ->
 
 
 def _complete(task_id: uuid.UUID, execution_id: uuid.UUID, body: dict) -> bool:
-    with transaction.atomic():
+    with transactions.outermost():
         execution = runs.lock(execution_id)
         updated = attempts.complete_waiting(task_id, type_="WAIT_FOR_WEBHOOK", now=clock.now(), output=body)
         if updated and execution.status == ExecutionStatus.RUNNING:
@@ -77,7 +77,7 @@ def _complete(task_id: uuid.UUID, execution_id: uuid.UUID, body: dict) -> bool:
 def post_message(*, execution_id: uuid.UUID, payload: Any) -> Message:
     """Store a message for the execution's PULL_WORKFLOW_MESSAGES tasks and
     decide it (a waiting pull may complete)."""
-    with transaction.atomic():
+    with transactions.outermost():
         execution = runs.lock(execution_id)
         message = Message.objects.create(execution=execution, payload=payload, created_at=clock.now())
         if execution.status == ExecutionStatus.RUNNING:

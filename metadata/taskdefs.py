@@ -16,6 +16,7 @@ from metadata.serializers import POLICY_COLUMNS
 from nodeflow import clock
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
+from nodeflow import transactions
 from quotas import controls
 
 
@@ -57,7 +58,7 @@ def patch_task_definition(*, namespace: Namespace, name: str, values: dict) -> T
     """Change only the given fields (the name cannot change)."""
     values = {key: value for key, value in values.items() if key != "name"}
     _changed()
-    with transaction.atomic():
+    with transactions.outermost():
         updated = TaskDefinition.objects.filter(namespace=namespace, name=name).update(
             **values, updated_at=clock.now()
         )

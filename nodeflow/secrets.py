@@ -14,18 +14,18 @@ import os
 import re
 
 from django.conf import settings
-from django.db import transaction
 
 from nodeflow import clock, named_rows
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace, Secret
+from nodeflow import transactions
 
 MAX_VALUE_LENGTH = 4096
 
 
 def set_secret(*, namespace: Namespace, name: str, value: str) -> tuple[Secret, bool]:
     """Create or replace the secret ``name``; (row, created)."""
-    with transaction.atomic():
+    with transactions.outermost():
         created = named_rows.put(Secret, namespace=namespace, name=name, values={"value": value}, now=clock.now())
     return get_secret(namespace=namespace, name=name), created
 

@@ -23,6 +23,7 @@ from metadata.models import WorkflowDefinition
 from nodeflow import clock
 from nodeflow.errors import ApiError, InvalidField, LimitExceeded, NotFound, QuotaExceeded
 from nodeflow.models import Namespace
+from nodeflow import transactions
 from quotas import namespace_quotas
 from quotas.models import Schedule
 
@@ -68,7 +69,7 @@ def upsert_schedule(*, namespace: Namespace, name: str, values: dict) -> tuple[S
     fields = {**{key: values[key] for key in FIELDS}, "updated_at": now}
     fields["next_fire_at"] = next_fire(cron=fields["cron"], timezone=fields["timezone"], after=now)
     try:
-        with transaction.atomic():
+        with transactions.outermost():
             if Schedule.objects.filter(namespace=namespace, name=name).update(**fields):
                 return get_schedule(namespace=namespace, name=name), False
             namespace_quotas.check_new_schedule(namespace=namespace)
@@ -99,7 +100,7 @@ def set_paused(*, namespace: Namespace, name: str, paused: bool) -> Schedule:
 def fire_next_schedule() -> bool:
     """Fire one due schedule; False when none is due."""
     now = clock.now()
-    with transaction.atomic():
+    with transactions.outermost():
         schedule = (
             Schedule.objects.filter(paused=False, next_fire_at__lte=now)
             .order_by("next_fire_at").select_for_update(skip_locked=True).first()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import Count
 
 from executions import notify
@@ -20,6 +19,7 @@ from executions.models import Task, TaskStatus
 from nodeflow import clock, named_rows
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
+from nodeflow import transactions
 from quotas.models import Semaphore, SemaphoreHolder
 
 # A holder younger than this is never swept: its lease may be committing now.
@@ -75,7 +75,7 @@ def hold(*, semaphore_ids: tuple[int, ...], tasks: list[Task], worker_id: str, n
 def set_semaphore(*, namespace: Namespace, name: str, permits: int) -> tuple[Semaphore, bool]:
     """Create or change a semaphore; (row, created). More permits wake the
     queues waiting on it."""
-    with transaction.atomic():
+    with transactions.outermost():
         created = named_rows.put(Semaphore, namespace=namespace, name=name, values={"permits": permits}, now=clock.now())
         notify.semaphore_freed(namespace.id, name)
     return get_semaphore(namespace=namespace, name=name), created
@@ -90,7 +90,7 @@ def get_semaphore(*, namespace: Namespace, name: str) -> Semaphore:
 
 def delete_semaphore(*, namespace: Namespace, name: str) -> None:
     """Deleting a semaphore un-gates every task that names it."""
-    with transaction.atomic():
+    with transactions.outermost():
         deleted, _ = Semaphore.objects.filter(namespace=namespace, name=name).delete()
         if not deleted:
             raise NotFound(f"semaphore '{name}' does not exist")
@@ -110,7 +110,7 @@ def live_holders(semaphore: Semaphore) -> list[SemaphoreHolder]:
 def release_holder(*, holder_id: int) -> bool:
     """Free a permit by hand (the admin action), e.g. for a task an operator
     knows is dead before its lease says so. The task itself carries on."""
-    with transaction.atomic():
+    with transactions.outermost():
         holder = SemaphoreHolder.objects.select_related("semaphore").filter(pk=holder_id).first()
         if holder is None:
             return False

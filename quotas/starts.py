@@ -25,12 +25,12 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
 
 from executions import runs, snapshots
 from executions.models import Execution
 from nodeflow import clock
 from nodeflow.errors import ApiError, LimitExceeded
+from nodeflow import transactions
 from quotas import admission, locks, metrics, namespace_quotas
 from quotas.models import HELD_LINE, Admission
 
@@ -144,7 +144,7 @@ def sweep_held() -> bool:
     namespaces = list(Admission.objects.filter(bucket=HELD_LINE).values_list("namespace_id", flat=True).distinct())
     placed = False
     for namespace_id in namespaces:
-        with transaction.atomic():
+        with transactions.outermost():
             placed = bool(admit_held(namespace_id=namespace_id, now=clock.now())) or placed
     return placed
 

@@ -192,9 +192,13 @@ def call(key: str, url_ns: str, case: Case, world: dict):
 
 def call_and_roll_back(key: str, url_ns: str, case: Case, world: dict):
     """One call whose effects are undone, so the next call meets the same world."""
-    with transaction.atomic():
+    # A bare savepoint, not an atomic block: the services open durable
+    # transactions, which may nest in the test's own but in no other.
+    savepoint = transaction.savepoint_create()
+    try:
         response = call(key, url_ns, case, world)
-        transaction.set_rollback(True)
+    finally:
+        transaction.savepoint_rollback(savepoint)
     _forget_process_caches()
     return response
 
