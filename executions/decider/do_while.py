@@ -1,7 +1,8 @@
 """DO_WHILE: runs ``loopOver`` (iteration 2's rows are ``loop[2].…``), then
 its ``loopCondition`` (JavaScript over the loop's inputs, ``iteration`` and
 each body task's output and status), and again while it is true; still true
-after ``maxIterations`` fails the loop.
+after ``maxIterations`` fails the loop (an optional loop completes with
+errors instead, and the workflow goes on).
 
 Iterations that end within the walk (a body of operators only) are decided
 in bounded steps: ``Walk.another_iteration`` stops the loop, still running,
@@ -34,7 +35,7 @@ def progress(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
         outcome = walk.block(task["loopOver"], inner)
         if outcome.kind == FAILED:
             walk.finish(row, "FAILED", reason=outcome.reason)
-            return outcome
+            return walk.absorbed(row, timed_out=outcome.timed_out) or outcome
         if outcome.kind != DONE:
             return outcome
         verdict = loop_again(walk, task, row, inner, iteration)
@@ -58,12 +59,12 @@ def loop_again(walk: Walk, task: dict, row: Row, inner: Scope, iteration: int) -
         again = javascript.truthy(walk.evaluate(task["loopCondition"], value))
     except javascript.ScriptError as exc:
         walk.finish(row, "FAILED_WITH_TERMINAL_ERROR", reason=f"DO_WHILE loopCondition: {exc}")
-        return Outcome(FAILED, reason=f"{row.path}: {row.reason}", failed=(task["name"],))
+        return walk.absorbed(row, timed_out=False) or Outcome(FAILED, reason=f"{row.path}: {row.reason}", failed=(task["name"],))
     if not again:
         walk.finish(row, "COMPLETED", output={"iteration": iteration})
         return Outcome(DONE, output=row.output)
     if iteration >= task["maxIterations"]:
         reason = f"DO_WHILE ran out of iterations: loopCondition still true after maxIterations ({task['maxIterations']})"
         walk.finish(row, "FAILED", reason=reason)
-        return Outcome(FAILED, reason=f"{row.path}: {reason}", failed=(task["name"],))
+        return walk.absorbed(row, timed_out=False) or Outcome(FAILED, reason=f"{row.path}: {reason}", failed=(task["name"],))
     return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from executions.decider import fork_join
-from executions.decider.outcomes import Outcome, Scope
+from executions.decider.outcomes import DONE, Outcome, Scope
 from executions.decider.snapshot import Row
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ def start(walk: Walk, task: dict, path: str, scope: Scope, inputs: dict, previou
 
 
 def progress(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
+    if row.status == "COMPLETED_WITH_ERRORS":
+        return Outcome(DONE, output=row.output)  # an optional fork that failed
     items = row.input.get("items") or []
     branches = [
         (Scope(f"{row.path}[{index}].", item, index), [task["forkTask"]]) for index, item in enumerate(items)

@@ -1,5 +1,6 @@
 """FORK_JOIN: runs its branches side by side, at most ``maxConcurrency`` at
-once, and fails fast: a branch that fails cancels the others' open tasks.
+once, and fails fast: a branch that fails cancels the others' open tasks
+(an optional fork then completes with errors, and the workflow goes on).
 ``fork`` is shared with FORK_JOIN_DYNAMIC."""
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ def start(walk: Walk, task: dict, path: str, scope: Scope, inputs: dict, previou
 
 
 def progress(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
+    if row.status == "COMPLETED_WITH_ERRORS":
+        return Outcome(DONE, output=row.output)  # an optional fork that failed
     branches = [(scope, branch) for branch in task["forkTasks"]]
     return fork(walk, task, row, scope, branches, task.get("maxConcurrency") or len(branches))
 
@@ -37,6 +40,7 @@ def fork(walk: Walk, task: dict, row: Row, scope: Scope, branches: list[tuple[Sc
             if outcome.kind == FAILED:
                 walk.cancel(walk.subtree_rows(task, row, scope))
                 walk.finish(row, "FAILED", reason=outcome.reason)
+                return walk.absorbed(row, timed_out=outcome.timed_out) or outcome
             return outcome
         else:
             joins.update(branch_outputs(walk, tasks, branch_scope, scope))

@@ -186,6 +186,8 @@ class Walk:
     # --- the walk ---------------------------------------------------------
     def run(self) -> Decision:
         snap, decision = self.snap, self.decision
+        if snap.status != "RUNNING":
+            return decision  # ended, or paused: nothing is scheduled
         if snap.deadline is not None and self.now >= snap.deadline:
             # One budget: once the deadline has passed nothing more is
             # scheduled, retried or iterated, even if the workflow-timeout
@@ -311,11 +313,22 @@ class Walk:
             elif verdict.budget_refused:
                 self.decision.budget_refusals.append(row.task_def_name)
                 self.change(row, reason=f"{verdict.reason}; last error: {row.reason}")
+        absorbed = self.absorbed(row, timed_out=timed_out)
+        if absorbed is not None:
+            return absorbed
+        return Outcome(FAILED, reason=f"task {row.path} {row.status}: {row.reason}".rstrip(": "),
+                       failed=(row.task_def_name,), timed_out=timed_out)
+
+    def absorbed(self, row: Row, *, timed_out: bool) -> Outcome | None:
+        """An optional task or operator that failed (an operator: its fork
+        branch, loop body or condition did) completes with errors, and its
+        block goes on; None when it is not absorbed. Neither a cancellation
+        nor a TIME_OUT_WF timeout is: one is the terminate, the other times
+        out the workflow."""
         if row.optional and row.status != "CANCELED" and not timed_out:
             self.change(row, status="COMPLETED_WITH_ERRORS")
             return Outcome(DONE, output=row.output)
-        return Outcome(FAILED, reason=f"task {row.path} {row.status}: {row.reason}".rstrip(": "),
-                       failed=(row.task_def_name,), timed_out=timed_out)
+        return None
 
     def budget_spent(self, row: Row) -> bool:
         """The task's total timeoutSeconds covers every attempt and retry
