@@ -8,7 +8,7 @@ class NodeflowConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from nodeflow import health, schema  # noqa: F401 - register the deploy checks and schema extensions
+        from nodeflow import deployment_check, schema  # noqa: F401 - importing registers the deploy checks and schema extensions
         from nodeflow.stale_connections import close_dead_connections
 
         request_started.connect(close_dead_connections, dispatch_uid="nodeflow.close_dead_connections")

@@ -3,7 +3,7 @@
 Celery is optional: when ``CELERY_BROKER_URL`` is unset the system tasks run in
 ``manage.py nodeflow_systemtasks`` (or ``nodeflow_run``) instead. The database
 stays the source of truth either way; a Celery message only names a task to
-look at (``executions.tasks``). ``celery -A nodeflow worker`` runs system
+look at (``executions.celery_tasks``). ``celery -A nodeflow worker`` runs system
 tasks; ``celery -A nodeflow beat`` (or ``worker -B``) schedules the sweeps:
 timers and expired leases every second, lost-message recovery every 5 s.
 """
@@ -15,7 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodeflow.settings")
 
 app = Celery("nodeflow")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+app.autodiscover_tasks(related_name="celery_tasks")  # executions/celery_tasks.py
 
 SWEEP_EVERY_S = 1.0
 RECOVER_EVERY_S = 5.0

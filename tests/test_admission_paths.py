@@ -21,7 +21,7 @@ import pytest
 
 from executions.models import Execution, Task, Timer
 from executions.roles.sweeper import SweeperRole
-from executions.tasks import sweep as celery_sweep
+from executions.celery_tasks import sweep as celery_sweep
 from nodeflow import clock
 from quotas.models import HELD_LINE, Admission
 from quotas.schedules import fire_next_schedule
