@@ -235,7 +235,10 @@ def lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token:
 # gated, so one look names more.
 SYSTEM_GROUPS = 16
 SYSTEM_GROUPS_SQLITE = 100
+
+
 def system_cap_s() -> float:
+    """The lease a system task's runner holds, and renews while its call runs."""
     return float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS)
 
 
@@ -310,8 +313,7 @@ def result_values(task: Task, *, status: str, output: dict, reason: str, callbac
         values.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
                       available_at=now + dt.timedelta(seconds=callback_after_s), held=paused)
     else:
-        values.update(lease_expires_at=lease_expiry(task.policy, started_at=task.started_at or now, now=now),
-                      last_heartbeat_at=now)
+        values.update(lease_expires_at=_renewed_expiry(task, now), last_heartbeat_at=now)
     return values
 
 
@@ -368,12 +370,10 @@ def lease_is_live(task: Task, *, lease_token: str | None, now: dt.datetime) -> b
 
 def renew(task: Task, *, lease_token: str, now: dt.datetime, progress: Any = None) -> bool:
     """A heartbeat: extend the lease ``lease_token`` names (never past
-    startedAt + startToClose) if it is still live at ``now``. False, and
-    nothing written, when it is not."""
-    values: dict[str, Any] = {
-        "lease_expires_at": lease_expiry(task.policy, started_at=task.started_at or now, now=now),
-        "last_heartbeat_at": now,
-    }
+    startedAt + startToClose; a system task's by the runner's short lease
+    only) if it is still live at ``now``. False, and nothing written, when
+    it is not."""
+    values: dict[str, Any] = {"lease_expires_at": _renewed_expiry(task, now), "last_heartbeat_at": now}
     if progress is not None:
         values["output"] = {**task.output, "progress": progress}
     where = {"id": task.id, "status": TaskStatus.IN_PROGRESS, "lease_token": lease_token, "lease_expires_at__gt": now}
@@ -381,6 +381,13 @@ def renew(task: Task, *, lease_token: str, now: dt.datetime, progress: Any = Non
         return False
     _set(task, values)
     return True
+
+
+def _renewed_expiry(task: Task, now: dt.datetime) -> dt.datetime:
+    """A system task's runner renews the short lease it took (``system_cap_s``)
+    while its call runs; a worker's heartbeat extends by the policy's own."""
+    cap_s = system_cap_s() if task.kind == "system" else math.inf
+    return lease_expiry(task.policy, started_at=task.started_at or now, now=now, cap_s=cap_s)
 
 
 # --- timeouts and lease expiry -------------------------------------------------
@@ -440,7 +447,7 @@ def link_child(task_id: uuid.UUID, *, child_id: uuid.UUID) -> None:
 # --- decisions ----------------------------------------------------------------------
 
 def apply_decided(rows: list, now: dt.datetime) -> None:
-    """Write the rows a decision changed (``executions.state.Row``), each only
+    """Write the rows a decision changed (``executions.decider.snapshot.Row``), each only
     if it is still in the status the decider read. A cancel applies to an
     open task whatever it became meanwhile (a poll may have leased it)."""
     for row in rows:

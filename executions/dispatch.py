@@ -91,10 +91,11 @@ def _next_window_in(lease: attempts.Lease) -> float:
 # system tasks whose definitions have no controls and names the (namespace,
 # definition) groups of those that have; each group is then leased through
 # its gate (``_lease_gated``). On SQLite every group goes through its gate.
-# The lease is capped: a runner that dies mid-call is noticed within
-# NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS even when the policy's
-# startToCloseTimeout is an hour, and the attempt is offered again; every
-# call is bounded below it.
+# The lease is short (NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS, a few seconds) and
+# the runner renews it while the call runs (executions.system_tasks.renewals):
+# a runner that dies mid-call is noticed within it even when the policy's
+# startToCloseTimeout is an hour, and the attempt is offered again. How long
+# a call may take is bounded apart (NODE_FLOW_SYSTEM_TASK_CALL_SECONDS).
 
 # A group whose gate let nothing through is tried again after this long at
 # the latest, sooner when its rate window ends or a freed notice names it.

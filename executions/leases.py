@@ -9,6 +9,7 @@ leases (``executions.attempts``) get their lengths from here.
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 # A task with neither a heartbeat nor a start-to-close timeout is re-delivered
 # when its worker has been silent this long.
@@ -24,11 +25,13 @@ def lease_seconds(policy: dict) -> float:
     return min(seconds, start_to_close) if start_to_close > 0 else seconds
 
 
-def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> dt.datetime:
-    """When a lease renewed ``now`` expires: never past startedAt + startToClose."""
+def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime,
+                 cap_s: float = math.inf) -> dt.datetime:
+    """When a lease renewed ``now`` expires: ``cap_s`` at most (a system
+    task's runner renews a short lease), never past startedAt + startToClose."""
     heartbeat = float(policy.get("heartbeatTimeout") or 0)
     start_to_close = float(policy.get("startToCloseTimeout") or 0)
-    expires = now + dt.timedelta(seconds=heartbeat or start_to_close or DEFAULT_LEASE_S)
+    expires = now + dt.timedelta(seconds=min(heartbeat or start_to_close or DEFAULT_LEASE_S, cap_s))
     if start_to_close > 0:
         expires = min(expires, started_at + dt.timedelta(seconds=start_to_close))
     return expires
@@ -36,5 +39,6 @@ def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime) -> 
 
 def capped_seconds(task_lease_s: float, cap_s: float) -> float:
     """A system task's lease: the task's own, but never longer than the
-    runner's cap (a runner that dies mid-call is noticed within the cap)."""
+    runner's cap, which the runner renews while the call runs (a runner that
+    dies mid-call is noticed within the cap)."""
     return min(task_lease_s, cap_s)

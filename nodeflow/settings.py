@@ -236,9 +236,19 @@ NODE_FLOW_CIRCUIT_BREAKER = _circuit_breaker_config(env("NODE_FLOW_CIRCUIT_BREAK
 # --- System tasks (docs/system-tasks.md) -------------------------------------
 # Worker threads of one ``nodeflow_systemtasks`` process.
 NODE_FLOW_SYSTEM_TASK_THREADS = env.int("NODE_FLOW_SYSTEM_TASK_THREADS", default=8)
-# The longest a system task's lease lasts (and so the longest one call may
-# take); a runner that dies mid-call is noticed within it.
-NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = env.float("NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS", default=120.0)
+# The lease a runner holds on a system task while it calls the hook: taken
+# this long (or the policy's shorter heartbeat or start-to-close timeout)
+# and renewed every third of it until the call returns, so a runner killed
+# mid-call is noticed within it and the attempt offered again (see
+# docs/reliability.md, "Recovery after a kill"). Longer survives longer
+# stalls of a runner (a renewal that cannot reach the database); shorter
+# recovers sooner.
+NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = env.float("NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS", default=3.0)
+# The longest one call of a hook may take (Context.deadline), however often
+# its lease is renewed; a shorter startToCloseTimeout of the task shortens it.
+NODE_FLOW_SYSTEM_TASK_CALL_SECONDS = env.float("NODE_FLOW_SYSTEM_TASK_CALL_SECONDS", default=120.0)
+if NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS <= 0 or NODE_FLOW_SYSTEM_TASK_CALL_SECONDS <= 0:
+    raise ImproperlyConfigured("NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS and NODE_FLOW_SYSTEM_TASK_CALL_SECONDS must be positive")
 # Outbound hosts: comma-separated CIDRs, addresses and host names (".example.com"
 # also matches subdomains), checked after DNS resolution. Deny wins; an empty
 # allow-list allows every host the deny-list does not refuse.

@@ -199,10 +199,13 @@ def refusals(api, control: str) -> float:
 # --- the issue, reproduced --------------------------------------------------------
 
 @pytest.mark.django_db(transaction=True)
-def test_each_control_holds_for_http_tasks_in_the_role(api, gauge, frozen_clock):
+def test_each_control_holds_for_http_tasks_in_the_role(api, gauge, frozen_clock, settings):
     """Three definitions (a semaphore of one permit, concurrentExecLimit 1,
     one dispatch per 30 s), three HTTP executions each, a slow server: one
     call of each at a time, and each held task names its control."""
+    # The clock jumps 30 s while a metered call may still be reporting: its
+    # lease must outlast the jump (to the runner, a jump past it is a lapse).
+    settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = 120
     api.put("semaphores/legacy", {"permits": 1})
     task_def(api, "legacy_call", semaphores=["legacy"])
     task_def(api, "capped_call", concurrentExecLimit=1)

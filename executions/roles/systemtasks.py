@@ -7,8 +7,10 @@ loop ticks again at once while there is work. It waits when the pool is full
 (a finishing task wakes it) or nothing is ready (a task made ready in this
 process, or on PostgreSQL in any process, wakes it; a retry whose delay just
 ended wakes nobody, so it is found within ``idle_wait_s``). Any number of
-copies may run: leases are taken with SKIP LOCKED. On stop, running calls
-finish (each is bounded by its lease) before the role exits.
+copies may run: leases are taken with SKIP LOCKED. Each call's short lease
+is renewed while it runs (``runner.run_leased``). On stop, running calls
+finish (each is bounded by NODE_FLOW_SYSTEM_TASK_CALL_SECONDS) before the
+role exits.
 
 A task held by its definition's controls is tried again the moment a slot
 or permit it waits for is freed, in any process (``notify.system_freed``

@@ -44,7 +44,9 @@ class Context:
     output: dict
     attempt: int
     idempotency_key: str
-    # time.monotonic() by which the hook must have answered (its lease ends soon after).
+    # time.monotonic() by which the hook must have answered: NODE_FLOW_SYSTEM_TASK_CALL_SECONDS
+    # from the start, or sooner before the attempt's startToCloseTimeout (runner.call_seconds).
+    # Its lease is short and renewed meanwhile, so this is not the lease's end.
     deadline: float = field(default_factory=lambda: time.monotonic() + 60.0)
 
     def time_left(self) -> float:

@@ -5,9 +5,12 @@ The database stays the truth. The runner leases a task as a worker does
 gate of the task definition the task names), runs the
 type's hook in this process, and reports through
 ``results.report_result`` with that token; the result and the decision it
-causes commit together. If the runner dies, the lease expires and the
-attempt is offered again; if two runners ever run one attempt, the second
-report names a stale token, gets 409 and changes nothing.
+causes commit together. The lease is short and renewed while the hook runs
+(``renewals``), so if the runner dies it lapses within
+NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS and the attempt is offered again; how
+long the hook may take is a separate limit (``call_seconds``). If two
+runners ever run one attempt, the second report names a stale token, gets
+409 and changes nothing.
 
 Circuit breakers (``executions.breakers``) sit around the hook: an open
 breaker fails the task retryably without calling, with ``circuitOpen`` and
@@ -22,9 +25,11 @@ import socket
 import time
 import uuid
 
+from django.conf import settings
+
 from executions import breakers, dispatch, results
 from executions.models import Task
-from executions.system_tasks import enqueue, registry
+from executions.system_tasks import enqueue, registry, renewals
 from executions.system_tasks.base import Context, Outcome, RetryableError, TaskFailure
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
@@ -33,10 +38,14 @@ from quotas import diagnostics
 
 log = logging.getLogger(__name__)
 
-# A hook must answer this long before its lease ends, so its report is not stale.
-LEASE_MARGIN_S = 5.0
+# A hook must answer this long before its attempt's startToCloseTimeout ends
+# (the latest its lease is renewed to), so its report is not stale.
+REPORT_MARGIN_S = 5.0
 # A task held by a rate window is offered again this long after the window ends.
 WINDOW_MARGIN_S = 0.01
+
+# Renews the lease of every call this process runs (the role's pool, Celery's threads).
+keeper = renewals.LeaseKeeper()
 
 
 def worker_id(role: str) -> str:
@@ -69,21 +78,33 @@ def run_task(task_id: uuid.UUID | str, *, worker: str) -> Outcome | TaskFailure 
 
 
 def run_leased(task: Task) -> Outcome | TaskFailure:
-    """Run one leased task and report what happened."""
+    """Run one leased task, renewing its lease while the hook runs, and
+    report what happened."""
     namespace = Namespace.objects.get(pk=task.namespace_id)
     ctx = context_of(task, namespace)
-    outcome = execute(ctx, namespace_id=namespace.id, first=task.deliveries <= 1)
+    with keeper.keep(task, namespace):
+        outcome = execute(ctx, namespace_id=namespace.id, first=task.deliveries <= 1)
     report(task, namespace, ctx, outcome)
     return outcome
 
 
 def context_of(task: Task, namespace: Namespace) -> Context:
-    lease_s = dispatch.system_lease_seconds(task.lease_seconds)
     return Context(
         task_id=str(task.id), type=task.type, namespace=namespace.name, input=task.input or {},
         output=task.output or {}, attempt=task.attempt, idempotency_key=task.idempotency_key,
-        deadline=time.monotonic() + max(lease_s - LEASE_MARGIN_S, lease_s / 2),
+        deadline=time.monotonic() + call_seconds(task.policy),
     )
+
+
+def call_seconds(policy: dict) -> float:
+    """How long one call of a hook may take: NODE_FLOW_SYSTEM_TASK_CALL_SECONDS,
+    whatever the lease's length (it is renewed), but short enough to report
+    before the attempt's startToCloseTimeout, past which no renewal goes."""
+    limit_s = float(settings.NODE_FLOW_SYSTEM_TASK_CALL_SECONDS)
+    start_to_close = float(policy.get("startToCloseTimeout") or 0)
+    if start_to_close > 0:
+        limit_s = min(limit_s, max(start_to_close - REPORT_MARGIN_S, start_to_close / 2))
+    return limit_s
 
 
 def execute(ctx: Context, *, namespace_id: int, first: bool) -> Outcome | TaskFailure:
