@@ -6,6 +6,6 @@ class ExecutionsConfig(AppConfig):
     verbose_name = "Executions"
 
     def ready(self) -> None:
-        from executions.system_tasks import enqueue
+        from executions.system_tasks import celery_handoff
 
-        enqueue.install()  # with Celery: hand system tasks to workers after each commit
+        celery_handoff.install()  # with Celery: hand system tasks to workers after each commit

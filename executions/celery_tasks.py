@@ -4,43 +4,36 @@ task is safe to run twice (the lease decides who runs a system task; timers
 and leases are claimed with SKIP LOCKED)."""
 from __future__ import annotations
 
-import time
-
 from celery import shared_task
 
-from executions import breakers, timers
-from executions.system_tasks import enqueue, runner
+from executions import breakers
+from executions.roles.sweeper import SweeperRole
+from executions.system_tasks import celery_handoff, runner
 from executions.system_tasks.base import Outcome
-from quotas import starts
 
 # One beat sweep works at most this long; the next one carries on.
 SWEEP_BUDGET_S = 10.0
 
 
-@shared_task(name=enqueue.RUN_TASK)
+@shared_task(name=celery_handoff.RUN_TASK)
 def run_system_task(task_id: str) -> None:
     """Run the system task ``task_id`` if it is still ready."""
     outcome = runner.run_task(task_id, worker=runner.worker_id("celery"))
     if isinstance(outcome, Outcome) and outcome.callback_after_s > 0:
-        enqueue.send_later(task_id, outcome.callback_after_s)  # the next poll of HTTP_POLL
+        celery_handoff.send_later(task_id, outcome.callback_after_s)  # the next poll of HTTP_POLL
     breakers.report_if_due()
 
 
 @shared_task(name="nodeflow.sweep")
 def sweep() -> None:
-    """Fire due timers, handle expired leases and let in the held starts
-    there is room for now (the sweeper role's work)."""
-    give_up = time.monotonic() + SWEEP_BUDGET_S
-    while time.monotonic() < give_up:
-        fired = timers.fire_next_timer()
-        expired = timers.expire_next_lease()
-        if not (fired or expired):
-            break
-    starts.sweep_held()
+    """The sweeper role's ticks (``SweeperRole.tick``: due timers, expired
+    leases, held starts, stale semaphore holders) until none finds work, or
+    for SWEEP_BUDGET_S; the next beat (a second later) carries on."""
+    SweeperRole().run_once(budget_s=SWEEP_BUDGET_S)
 
 
 @shared_task(name="nodeflow.recover_system_tasks")
 def recover_system_tasks() -> None:
     """Re-send system tasks whose message may have been lost."""
-    enqueue.send_overdue()
+    celery_handoff.send_overdue()
     breakers.report_if_due()

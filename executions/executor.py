@@ -28,17 +28,16 @@ from executions import attempts, notify, runs, snapshots, sql
 from executions.decider import decide
 from executions.leases import lease_seconds
 from executions.snapshots import snapshot_body, workflow_of
-from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Message, Task
+from executions.models import ACTIVE_EXECUTION, DecideRequest, Execution, ExecutionStatus, Message, Task
 from executions.retry import BUDGET_WINDOW_S
 from executions.decider.decision import Decision, Ending, StartChild
 from executions.decider.snapshot import FAILURE, Child, Row, Snapshot
 from metadata import taskdefs
 from metadata.tree import walk_tasks
-from nodeflow import clock, metrics
+from nodeflow import claims, clock, metrics
 from nodeflow.ids import new_id
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
-from nodeflow import transactions
 from quotas import admission, starts
 
 log = logging.getLogger(__name__)
@@ -270,25 +269,23 @@ def decide_next_request() -> bool:
     """Claim one due decide request (SKIP LOCKED), decide its execution and
     delete the request in the same transaction; False when none is due. A
     decision that raises pushes its request back FAILED_REQUEST_BACKOFF_S
-    (logged), instead of retrying it hot."""
-    now = clock.now()
-    execution_id = None
-    try:
-        with transactions.outermost():
-            request = runs.claim_decide_request(now)
-            if request is None:
-                return False
-            execution_id = request.execution_id
-            execution = runs.lock(execution_id)
-            runs.drop_decide_request(execution_id)
-            if execution is not None:
-                decide_locked(execution)
-    except Exception:
-        if execution_id is None:
-            raise
-        log.exception("deciding %s failed; retrying in %s s", execution_id, FAILED_REQUEST_BACKOFF_S)
-        runs.postpone_decide_request(execution_id, due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S))
-    return True
+    (logged), instead of retrying it hot (``nodeflow.claims``)."""
+    return claims.claim_one(
+        claim=lambda: runs.claim_decide_request(clock.now()), work=_decide_requested, what=_deciding,
+        back_off=lambda request, _: runs.postpone_decide_request(
+            request.execution_id, due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S)),
+    )
+
+
+def _decide_requested(request: DecideRequest) -> None:
+    execution = runs.lock(request.execution_id)
+    runs.drop_decide_request(request.execution_id)
+    if execution is not None:
+        decide_locked(execution)
+
+
+def _deciding(request: DecideRequest) -> str:
+    return f"deciding {request.execution_id}"
 
 
 # --- starting and ending runs ------------------------------------------------

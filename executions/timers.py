@@ -12,13 +12,11 @@ import datetime as dt
 import logging
 import random
 
-from django.db import transaction
 
 from executions import attempts, executor, runs
 from executions.decider import deadline_reason
 from executions.models import ACTIVE_EXECUTION, OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
-from nodeflow import clock, metrics
-from nodeflow import transactions
+from nodeflow import claims, clock, metrics, transactions
 
 log = logging.getLogger(__name__)
 
@@ -28,24 +26,21 @@ FAILED_TIMER_BACKOFF_S = 5.0
 
 
 def fire_next_timer() -> bool:
-    """Fire one due timer; False when none is due."""
+    """Fire one due timer; False when none is due. A handler that raises
+    leaves its timer due again FAILED_TIMER_BACKOFF_S later (``nodeflow.claims``)."""
     now = clock.now()
-    with transactions.outermost():
-        timer = runs.claim_due_timer(now)
-        if timer is None:
-            return False
-        execution = runs.lock(timer.execution_id)
-        if execution is not None and execution.status in ACTIVE_EXECUTION:
-            try:
-                with transaction.atomic():  # a savepoint: a failing handler leaves nothing half-done
-                    HANDLERS[timer.kind](execution, timer, now)
-            except Exception:  # noqa: BLE001 - one bad timer must not block the ones behind it
-                log.exception("timer %s (%s) of %s failed; trying again in %s s",
-                              timer.id, timer.kind, timer.execution_id, FAILED_TIMER_BACKOFF_S)
-                runs.postpone_timer(timer, due_at=now + dt.timedelta(seconds=FAILED_TIMER_BACKOFF_S))
-                return True
-        runs.drop_timer(timer)
-    return True
+    return claims.claim_one(
+        claim=lambda: runs.claim_due_timer(now), work=lambda timer: _fire(timer, now),
+        back_off=lambda timer, _: runs.postpone_timer(timer, due_at=now + dt.timedelta(seconds=FAILED_TIMER_BACKOFF_S)),
+        what=lambda timer: f"timer {timer.id} ({timer.kind}) of {timer.execution_id}",
+    )
+
+
+def _fire(timer: Timer, now: dt.datetime) -> None:
+    execution = runs.lock(timer.execution_id)
+    if execution is not None and execution.status in ACTIVE_EXECUTION:
+        HANDLERS[timer.kind](execution, timer, now)
+    runs.drop_timer(timer)
 
 
 def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime, *, timeout: str) -> None:

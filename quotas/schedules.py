@@ -12,7 +12,6 @@ scheduler ran are not replayed: the next firing is the first after now.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -20,14 +19,12 @@ from django.db import IntegrityError, transaction
 
 from executions import lifecycle
 from metadata.models import WorkflowDefinition
-from nodeflow import clock
+from nodeflow import claims, clock, transactions
 from nodeflow.errors import ApiError, InvalidField, LimitExceeded, NotFound, QuotaExceeded
 from nodeflow.models import Namespace
-from nodeflow import transactions
 from quotas import namespace_quotas
 from quotas.models import Schedule
 
-log = logging.getLogger(__name__)
 
 FIELDS = ("cron", "timezone", "workflow_name", "version", "input", "paused")
 
@@ -98,27 +95,33 @@ def set_paused(*, namespace: Namespace, name: str, paused: bool) -> Schedule:
 
 
 def fire_next_schedule() -> bool:
-    """Fire one due schedule; False when none is due."""
+    """Fire one due schedule; False when none is due. A firing that raises
+    is recorded in ``lastError`` and the schedule moves on to its next
+    firing (``nodeflow.claims``)."""
     now = clock.now()
-    with transactions.outermost():
-        schedule = (
-            Schedule.objects.filter(paused=False, next_fire_at__lte=now)
-            .order_by("next_fire_at").select_for_update(skip_locked=True).first()
-        )
-        if schedule is None:
-            return False
-        due = schedule.next_fire_at
-        fields = {
-            "next_fire_at": next_fire(cron=schedule.cron, timezone=schedule.timezone, after=max(now, due)),
-            "last_fired_at": now, "updated_at": now, **_start(schedule, due, now),
-        }
-        Schedule.objects.filter(pk=schedule.pk, next_fire_at=due).update(**fields)
-    return True
+    return claims.claim_one(
+        claim=lambda: (Schedule.objects.filter(paused=False, next_fire_at__lte=now)
+                       .order_by("next_fire_at").select_for_update(skip_locked=True).first()),
+        work=lambda schedule: _fire(schedule, now, _start(schedule, now)),
+        back_off=lambda schedule, exc: _fire(schedule, now, {"last_error": f"internal error: {exc}"}),
+        what=lambda schedule: f"schedule {schedule.name} ({schedule.id}) of {schedule.workflow_name}",
+    )
 
 
-def _start(schedule: Schedule, due: dt.datetime, now: dt.datetime) -> dict:
+def _fire(schedule: Schedule, now: dt.datetime, outcome: dict) -> None:
+    """Move the schedule on to its next firing, recording this one's ``outcome``."""
+    due = schedule.next_fire_at
+    fields = {
+        "next_fire_at": next_fire(cron=schedule.cron, timezone=schedule.timezone, after=max(now, due)),
+        "last_fired_at": now, "updated_at": now, **outcome,
+    }
+    Schedule.objects.filter(pk=schedule.pk, next_fire_at=due).update(**fields)
+
+
+def _start(schedule: Schedule, now: dt.datetime) -> dict:
     """Start the firing's execution in a savepoint: a refusal is recorded and
     the claim still commits (a bad schedule never blocks the others)."""
+    due = schedule.next_fire_at
     try:
         with transaction.atomic():
             execution, _ = lifecycle.start_execution(
@@ -132,9 +135,6 @@ def _start(schedule: Schedule, due: dt.datetime, now: dt.datetime) -> dict:
         return {"last_error": exc.message, "last_refusal": refusal}
     except ApiError as exc:
         return {"last_error": exc.message}
-    except Exception as exc:  # noqa: BLE001 - logged; the schedule moves on to its next firing
-        log.exception("schedule %s (%s) failed to start %s", schedule.name, schedule.id, schedule.workflow_name)
-        return {"last_error": f"internal error: {exc}"}
 
 
 def _iso(value: dt.datetime) -> str:

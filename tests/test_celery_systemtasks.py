@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from executions.models import Execution, ExecutionStatus, Task
-from executions.system_tasks import enqueue
+from executions.system_tasks import celery_handoff
 from nodeflow.celery import app
 from tests.engine_helpers import register, start, task_def
 from tests.procs.stack import PYTHON, ROOT, live_database_url
@@ -46,7 +46,7 @@ def broker(settings) -> Iterator[str]:
     previous = {"broker_url": app.conf.broker_url, "task_default_queue": app.conf.task_default_queue}
     app.conf.update(broker_url=BROKER_URL, task_default_queue=queue)
     yield queue
-    enqueue.uninstall()
+    celery_handoff.uninstall()
     app.conf.update(previous)
     app.pool.force_close_all()
     redis.Redis.from_url(BROKER_URL).delete(queue)
@@ -92,7 +92,7 @@ def wait_until_ended(execution_id: str) -> Execution:
 
 
 def test_it_runs_http_tasks_end_to_end_on_a_celery_worker(api, http_server, celery_worker):
-    enqueue.install()  # this process hands ready system tasks to the broker after each commit
+    celery_handoff.install()  # this process hands ready system tasks to the broker after each commit
     celery_worker()
     task_def(api, "call", retryDelaySeconds=0.5, jitter=0)
     http_server.sequence = [(503, {"busy": True}), (200, {"order": 42})]

@@ -1,6 +1,7 @@
 """The roles: the stop path, --once, and long-poll wake-ups."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -12,21 +13,20 @@ from django.db import connection
 
 from executions import dispatch
 from executions.models import DecideRequest, Execution
-from metadata import workflows
 from nodeflow.keys import ensure_namespace
-from tests.procs.stack import PYTHON, ROOT, live_database_url
+from executions.roles.loop import stop_on_signals
+from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
 
 
 def _env() -> dict:
-    import os
-
     return {**os.environ, "DATABASE_URL": live_database_url(), "LOG_LEVEL": "INFO"}
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("command", ["nodeflow_decider", "nodeflow_sweeper"])
+@pytest.mark.parametrize("command", [["nodeflow_decider"], ["nodeflow_sweeper"], ["nodeflow_run", "--addr", "PORT"]])
 def test_it_stops_promptly_on_sigterm(command):
-    process = subprocess.Popen([PYTHON, "manage.py", command], cwd=ROOT, env=_env(),
+    command = [f"127.0.0.1:{free_port()}" if part == "PORT" else part for part in command]
+    process = subprocess.Popen([PYTHON, "manage.py", *command], cwd=ROOT, env=_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = ""
     for line in process.stdout:  # wait for the role to say it runs
@@ -36,6 +36,23 @@ def test_it_stops_promptly_on_sigterm(command):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=10) == 0, started
     assert "stopped" in process.stdout.read()
+
+
+def test_the_first_signal_drains_and_a_second_exits_at_once(monkeypatch):
+    # One stop path for the role commands and nodeflow_run (which used to
+    # ignore a second signal and wait for every thread).
+    exits, stops = [], []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stop_on_signals(lambda: stops.append("stop"))
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        assert (stops, exits) == (["stop"], [])
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        assert (stops, exits) == (["stop"], [1])
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 @pytest.mark.django_db

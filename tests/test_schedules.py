@@ -170,6 +170,6 @@ def test_developers_manage_schedules_and_workers_do_not(api_for, report):
 def test_the_scheduler_is_an_all_in_one_role():
     import threading
 
-    from nodeflow.roles import all_in_one_roles
+    from executions.roles.all_in_one import all_in_one_roles
 
     assert "scheduler" in [role.name for role in all_in_one_roles(threading.Event())]

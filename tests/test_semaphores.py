@@ -116,6 +116,18 @@ def test_a_permit_expires_with_its_task_lease_and_is_swept(api, frozen_clock):
     assert SemaphoreHolder.objects.count() == 0
 
 
+def test_the_celery_beat_sweep_is_the_sweeper_role_and_sweeps_holders_too(api, frozen_clock):
+    # Celery's sweep had copied the role's tick without the holder sweep.
+    from executions.celery_tasks import sweep
+
+    api.put("semaphores/legacy_erp", {"permits": 1})
+    fill(api, "export_report", 1, semaphores=["legacy_erp"], heartbeatTimeout=10, startToCloseTimeout=600)
+    poll(api, "export_report")
+    clock.advance(11 + semaphores.SWEEP_GRACE_S)
+    sweep()
+    assert not SemaphoreHolder.objects.exists()
+
+
 def test_the_sweeper_keeps_holders_that_count(api, frozen_clock):
     api.put("semaphores/legacy_erp", {"permits": 2})
     fill(api, "export_report", 1, semaphores=["legacy_erp"])

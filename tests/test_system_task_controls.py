@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from executions import dispatch
 from executions.models import Execution, Task, TaskStatus
 from executions.roles.systemtasks import SystemTaskRole
-from executions.system_tasks import enqueue, runner
+from executions.system_tasks import celery_handoff, runner
 from nodeflow import clock
 from tests.engine_helpers import complete, execution, poll, register, simple, start, sweep, task_at, task_def
 from tests.procs.stack import Stack, live_database_url
@@ -401,7 +401,7 @@ def test_run_task_leases_only_what_the_gate_allows(api, gauge):
 @pytest.mark.django_db
 def test_run_task_held_by_a_rate_window_is_sent_again_for_the_next_window(api, gauge, monkeypatch, frozen_clock):
     sent = []
-    monkeypatch.setattr(enqueue, "_publish", lambda task_id, countdown: sent.append((task_id, countdown)))
+    monkeypatch.setattr(celery_handoff, "_publish", lambda task_id, countdown: sent.append((task_id, countdown)))
     task_def(api, "metered_call", rateLimitPerFrequency=1, rateLimitFrequencySeconds=30)
     ids = start_many(api, http_flow(api, "metered_call", gauge.url("/metered")), 2)
     first, second = (Task.objects.get(execution_id=pk).id for pk in ids)
@@ -498,7 +498,7 @@ def test_several_runner_processes_never_exceed_a_control(api, gauge):
 def test_a_celery_worker_holds_the_controls_and_sends_freed_tasks_at_once(api, gauge, fresh_celery_pool, celery_worker):
     """No beat runs, so nothing recovers a spent message: each held task
     runs because the commit that freed its permit or slot sent it again."""
-    enqueue.install()
+    celery_handoff.install()
     celery_worker()
     api.put("semaphores/legacy", {"permits": 1})
     task_def(api, "legacy_call", semaphores=["legacy"])

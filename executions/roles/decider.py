@@ -11,7 +11,7 @@ execution at a time.
 from __future__ import annotations
 
 from executions import executor, notify
-from nodeflow.loop import Role
+from executions.roles.loop import Role
 
 
 class DeciderRole(Role):

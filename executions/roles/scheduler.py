@@ -4,7 +4,7 @@ firing is claimed with SKIP LOCKED and moved on in the transaction that
 starts it, so each happens once."""
 from __future__ import annotations
 
-from nodeflow.loop import Role
+from executions.roles.loop import Role
 from quotas import schedules
 
 

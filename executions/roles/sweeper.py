@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from executions import timers
-from nodeflow.loop import Role
+from executions.roles.loop import Role
 from quotas import semaphores, starts
 
 HOLDER_SWEEP_S = 5.0

@@ -31,7 +31,7 @@ from django.db import connection
 from executions import breakers, dispatch, notify
 from executions.models import Task
 from executions.system_tasks import runner
-from nodeflow.loop import Role
+from executions.roles.loop import Role
 from quotas import diagnostics
 from quotas import metrics as quota_metrics
 

@@ -3,5 +3,5 @@
 ``base`` is the contract (hooks, outcomes, failures), ``registry`` maps type
 names to implementations (one module per type), ``runner`` leases, runs and
 reports them, ``outbound`` guards every call that leaves the process, and
-``enqueue`` hands ready tasks to Celery. See docs/system-tasks.md.
+``celery_handoff`` hands ready tasks to Celery. See docs/system-tasks.md.
 """

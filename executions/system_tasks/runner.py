@@ -29,7 +29,7 @@ from django.conf import settings
 
 from executions import breakers, dispatch, results
 from executions.models import Task
-from executions.system_tasks import enqueue, registry, renewals
+from executions.system_tasks import celery_handoff, registry, renewals
 from executions.system_tasks.base import Context, Outcome, RetryableError, TaskFailure
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
@@ -66,14 +66,14 @@ def run_task(task_id: uuid.UUID | str, *, worker: str) -> Outcome | TaskFailure 
     when not: already run, leased, canceled, not due yet, or held. A task
     held by a used-up rate window gets a message for when the window ends;
     one held for a slot or permits gets one when they are freed
-    (``enqueue.send_freed``)."""
-    diagnostics.record_system_poll(worker_id=worker, threads=enqueue.pool_size())
+    (``celery_handoff.send_freed``)."""
+    diagnostics.record_system_poll(worker_id=worker, threads=celery_handoff.pool_size())
     lease = dispatch.lease_system_task(task_id, worker_id=worker)
     if lease.tasks:
         return run_leased(lease.tasks[0])
     retry_at = lease.gate.retry_at if lease.gate is not None else None
     if retry_at is not None:
-        enqueue.send_later(task_id, max((retry_at - clock.now()).total_seconds(), 0.0) + WINDOW_MARGIN_S)
+        celery_handoff.send_later(task_id, max((retry_at - clock.now()).total_seconds(), 0.0) + WINDOW_MARGIN_S)
     return None
 
 

@@ -1,6 +1,6 @@
 """``manage.py nodeflow_decider``: run the decider role (any number of copies)."""
 from executions.roles.decider import DeciderRole
-from nodeflow.role_command import RoleCommand
+from executions.roles.command import RoleCommand
 
 
 class Command(RoleCommand):

@@ -1,6 +1,6 @@
 """``manage.py nodeflow_scheduler``: fire due schedules (any number of copies)."""
 from executions.roles.scheduler import SchedulerRole
-from nodeflow.role_command import RoleCommand
+from executions.roles.command import RoleCommand
 
 
 class Command(RoleCommand):

@@ -1,6 +1,6 @@
 """``manage.py nodeflow_sweeper``: fire timers and expire leases (any number of copies)."""
 from executions.roles.sweeper import SweeperRole
-from nodeflow.role_command import RoleCommand
+from executions.roles.command import RoleCommand
 
 
 class Command(RoleCommand):

@@ -1,7 +1,7 @@
 """``manage.py nodeflow_systemtasks``: run system tasks (HTTP, HTTP_POLL,
 WEBHOOK, GRPC, INLINE, JSON_JQ_TRANSFORM) without Celery. Any number of copies."""
 from executions.roles.systemtasks import SystemTaskRole
-from nodeflow.role_command import RoleCommand
+from executions.roles.command import RoleCommand
 
 
 class Command(RoleCommand):

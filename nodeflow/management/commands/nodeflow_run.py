@@ -1,20 +1,21 @@
 """``manage.py nodeflow_run --addr 127.0.0.1:8000``: the embedded default.
 
 One process serves the API (a threaded WSGI server, so long-polls do not
-block each other) and runs every background role in its own thread. Stops
-cleanly on SIGTERM/SIGINT. Production runs the roles as separate processes
+block each other) and runs every background role in its own thread. The
+first SIGTERM/SIGINT stops it cleanly (the roles finish their tick, then
+the server shuts down); a second exits at once. Production runs the roles as separate processes
 (see docs/deployment.md).
 """
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler, get_internal_wsgi_application
 
-from nodeflow.roles import all_in_one_roles
+from executions.roles.all_in_one import all_in_one_roles
+from executions.roles.loop import stop_on_signals
 
 log = logging.getLogger("nodeflow.run")
 
@@ -37,8 +38,7 @@ class Command(BaseCommand):
     def handle(self, *args, addr: str, no_roles: bool, **options) -> None:
         host, port, ipv6 = parse_addr(addr)
         stop = threading.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
+        stop_on_signals(stop.set)  # a second signal exits at once
         server = ThreadedWSGIServer((host, port), WSGIRequestHandler, ipv6=ipv6)
         server.daemon_threads = True
         server.set_app(get_internal_wsgi_application())

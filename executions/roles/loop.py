@@ -1,15 +1,25 @@
-"""The one loop skeleton every long-running role uses.
+"""The one loop skeleton every long-running role uses, and the one way a
+role's process stops.
 
 A role implements ``tick()``: claim and do one small unit of work, and say
 whether it found any. The loop calls ``tick`` back to back while there is
 work, waits ``idle_wait_s`` (or until woken) when there is none, logs an
 error per tick instead of dying, and stops promptly when its stop event is
-set (SIGTERM/SIGINT in a command; the process's stop in ``nodeflow_run``).
+set. The same ``tick`` serves every way a role runs: a thread of
+``nodeflow_run``, a role command (``command.RoleCommand``), a Celery beat
+task (``executions.celery_tasks``), and ``run_once`` in tests and cron.
+
+``stop_on_signals``: the first SIGTERM or SIGINT asks everything to stop
+after the unit in hand (drain); a second exits at once.
 """
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
+import time
+from collections.abc import Callable
 
 from django.db import close_old_connections, connection
 
@@ -44,10 +54,12 @@ class Role:
             connection.close()
             log.info("%s stopped", self.name)
 
-    def run_once(self) -> int:
-        """Tick until there is no work left; returns how many ticks found work."""
+    def run_once(self, *, budget_s: float | None = None) -> int:
+        """Tick until there is no work left (or ``budget_s`` has passed);
+        returns how many ticks found work."""
+        give_up = None if budget_s is None else time.monotonic() + budget_s
         count = 0
-        while self.tick():
+        while (give_up is None or time.monotonic() < give_up) and self.tick():
             count += 1
         return count
 
@@ -72,3 +84,20 @@ class Role:
     def request_stop(self) -> None:
         self.stop.set()
         self.wake.set()
+
+
+def stop_on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM/SIGINT: the first calls ``stop`` (finish the unit in hand,
+    then stop); a second exits at once, without waiting for it."""
+    stopping = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        if stopping.is_set():
+            os._exit(1)
+        else:
+            stopping.set()
+            log.info("signal %s: stopping after the work in hand (again to exit at once)", signum)
+            stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)

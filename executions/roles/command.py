@@ -1,15 +1,13 @@
-"""The management-command shell around a role: signals and ``--once``.
-
-First SIGTERM/SIGINT: finish the current tick and stop. Second: exit at once.
+"""The management-command shell around a role: ``--once``, and the one
+stop path (``loop.stop_on_signals``: the first SIGTERM/SIGINT finishes the
+current tick and stops, a second exits at once). Each role's command is
+``executions/management/commands/nodeflow_<role>.py``.
 """
 from __future__ import annotations
 
-import os
-import signal
-
 from django.core.management.base import BaseCommand
 
-from nodeflow.loop import Role
+from executions.roles.loop import Role, stop_on_signals
 from nodeflow.process import ready_server_process
 
 
@@ -26,13 +24,6 @@ class RoleCommand(BaseCommand):
             count = role.run_once()
             self.stdout.write(f"{role.name}: {count} unit(s) of work")
             return
-
-        def on_signal(signum, frame) -> None:
-            if role.stop.is_set():
-                os._exit(1)  # second signal: do not wait for the tick
-            role.request_stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        stop_on_signals(role.request_stop)
         ready_server_process()
         role.run()

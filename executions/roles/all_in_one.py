@@ -1,9 +1,11 @@
-"""Which roles run where. ``nodeflow_run`` starts ``all_in_one_roles``."""
+"""Which roles run where. ``nodeflow_run`` starts ``all_in_one_roles`` in
+threads of its own process; production runs each role as a process of its
+own (its command), any number of copies."""
 from __future__ import annotations
 
 import threading
 
-from nodeflow.loop import Role
+from executions.roles.loop import Role
 
 
 def all_in_one_roles(stop: threading.Event) -> list[Role]:
