@@ -1,5 +1,6 @@
 """The executions list's filters, from the query string. A bad value is a
 400 that names the field, shown on the page."""
+
 from __future__ import annotations
 
 from django import forms
@@ -18,10 +19,18 @@ class ExecutionFilterForm(forms.Form):
     name = forms.CharField(required=False, max_length=128, label="Workflow")
     status = forms.ChoiceField(required=False, choices=[("", "any"), *ExecutionStatus.choices])
     correlationId = forms.CharField(required=False, max_length=256, label="Correlation id")
-    since = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label="Created from (UTC)",
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label="Created before (UTC)",
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    since = forms.DateTimeField(
+        required=False,
+        input_formats=DATETIME_FORMATS,
+        label="Created from (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    until = forms.DateTimeField(
+        required=False,
+        input_formats=DATETIME_FORMATS,
+        label="Created before (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
     limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE, widget=forms.HiddenInput)
     cursor = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
 
@@ -40,8 +49,12 @@ class ExecutionFilterForm(forms.Form):
     def filters(self) -> dict:
         data = self.cleaned_data
         return {
-            "namespace": data.get("namespace"), "name": data.get("name"), "status": data.get("status"),
-            "correlation_id": data.get("correlationId"), "since": data.get("since"), "until": data.get("until"),
+            "namespace": data.get("namespace"),
+            "name": data.get("name"),
+            "status": data.get("status"),
+            "correlation_id": data.get("correlationId"),
+            "since": data.get("since"),
+            "until": data.get("until"),
         }
 
     def errors_by_field(self) -> list[tuple[str, str]]:

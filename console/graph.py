@@ -19,6 +19,7 @@ Shapes, top to bottom:
   loop has a back edge to its node, labelled with the iterations run;
 - SUB_WORKFLOW is a node that links to the child execution.
 """
+
 from __future__ import annotations
 
 import re
@@ -55,8 +56,15 @@ EXECUTION_COLOURS: dict[str, str] = {
 # Which status a node shows when its iterations or items differ: anything
 # still open first, then the worst ending, then success.
 _PRECEDENCE = (
-    "IN_PROGRESS", "SCHEDULED", "FAILED_WITH_TERMINAL_ERROR", "FAILED", "TIMED_OUT", "CANCELED",
-    "COMPLETED_WITH_ERRORS", "COMPLETED", "SKIPPED",
+    "IN_PROGRESS",
+    "SCHEDULED",
+    "FAILED_WITH_TERMINAL_ERROR",
+    "FAILED",
+    "TIMED_OUT",
+    "CANCELED",
+    "COMPLETED_WITH_ERRORS",
+    "COMPLETED",
+    "SKIPPED",
 )
 
 NODE_W, NODE_H = 176.0, 46.0
@@ -351,9 +359,12 @@ def _framed(node: Node, body: Piece, label: str, *, loop: bool) -> Piece:
     if loop:
         lane = centre + inner / 2 + lane_w / 2
         bottom = frame.y + frame_h - FRAME_PAD
-        out.edges.append(Edge(
-            [(frame.x + frame_w, bottom), (lane, bottom), (lane, node.h / 2), (node.x + node.w, node.h / 2)], back=True,
-        ))
+        out.edges.append(
+            Edge(
+                [(frame.x + frame_w, bottom), (lane, bottom), (lane, node.h / 2), (node.x + node.w, node.h / 2)],
+                back=True,
+            )
+        )
     return out
 
 

@@ -6,6 +6,7 @@ out from the baked snapshot; the controls page is the diagnostics behind
 ``…/queues``, ``…/queues/workers``, ``…/semaphores`` and ``…/breakers``,
 with each queue's gate as the dequeue path sees it. Nothing here writes.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -31,6 +32,7 @@ REFRESH_S = 2
 
 # --- the executions list -----------------------------------------------------
 
+
 def list_executions(*, filters: dict, cursor: str | None, limit: int) -> tuple[list[Execution], str | None]:
     """One page, newest first, of the executions matching ``filters`` (the
     filter form's cleaned data); raises InvalidField for a foreign cursor."""
@@ -51,6 +53,7 @@ def _filtered(filters: dict) -> QuerySet:
 
 
 # --- one execution -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -112,6 +115,7 @@ def _timings(task: Task, now: dt.datetime) -> tuple[dt.timedelta | None, dt.time
 
 # --- controls of one namespace -----------------------------------------------------
 
+
 def find_namespace(name: str) -> Namespace | None:
     return Namespace.objects.filter(name=name).first()
 
@@ -145,11 +149,15 @@ def queue_rows(namespace: Namespace, now: dt.datetime) -> list[dict]:
     rows = []
     for use in diagnostics.queues(namespace_id=namespace.id):
         gate = open_gate(namespace_id=namespace.id, queue=use.task_type, want=1, now=now, lock=False)
-        rows.append({
-            "use": use, "rooms": [room.blocker for room in gate.rooms], "blocker": gate.blocker,
-            "rate": next((room.blocker for room in gate.rooms if room.window_start is not None), None),
-            "last_poll": diagnostics.last_poll(namespace_id=namespace.id, queue=use.task_type),
-        })
+        rows.append(
+            {
+                "use": use,
+                "rooms": [room.blocker for room in gate.rooms],
+                "blocker": gate.blocker,
+                "rate": next((room.blocker for room in gate.rooms if room.window_start is not None), None),
+                "last_poll": diagnostics.last_poll(namespace_id=namespace.id, queue=use.task_type),
+            }
+        )
     return rows
 
 

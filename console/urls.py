@@ -1,4 +1,5 @@
 """Operator pages, under /console/ (see console.views)."""
+
 from django.urls import path
 
 from console import views

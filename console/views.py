@@ -1,6 +1,7 @@
 """Operator pages (SPEC §10): executions, one execution as a graph, and a
 namespace's controls. For logged-in staff only; anyone else is sent to the
 admin login. Thin: parse, call ``console.pages``, render."""
+
 from __future__ import annotations
 
 from django.contrib.admin.views.decorators import staff_member_required
@@ -22,13 +23,16 @@ def executions(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     try:
         rows, cursor = pages.list_executions(
-            filters=form.filters(), cursor=data.get("cursor") or None, limit=data.get("limit") or forms.PAGE_SIZE,
+            filters=form.filters(), cursor=data.get("cursor") or None, limit=data.get("limit") or forms.PAGE_SIZE
         )
     except InvalidField as exc:
         form.add_error("cursor", exc.message)
         return render(request, "console/executions.html", context, status=400)
-    context.update(rows=rows, next_query=_with(request, cursor=cursor) if cursor else None,
-                   first_query=_with(request, cursor=None) if data.get("cursor") else None)
+    context.update(
+        rows=rows,
+        next_query=_with(request, cursor=cursor) if cursor else None,
+        first_query=_with(request, cursor=None) if data.get("cursor") else None,
+    )
     return render(request, "console/executions.html", context)
 
 
@@ -39,8 +43,11 @@ def execution(request: HttpRequest, execution_id: str) -> HttpResponse:
     if found is None:
         return render(request, "console/missing.html", {"what": f"execution {execution_id}"}, status=404)
     context = pages.execution_page(found)
-    context.update(colours=graph.STATUS_COLOURS, text_colours={s: graph.text_colour(s) for s in graph.STATUS_COLOURS},
-                   execution_colours=graph.EXECUTION_COLOURS)
+    context.update(
+        colours=graph.STATUS_COLOURS,
+        text_colours={s: graph.text_colour(s) for s in graph.STATUS_COLOURS},
+        execution_colours=graph.EXECUTION_COLOURS,
+    )
     return render(request, "console/execution.html", context)
 
 

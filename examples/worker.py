@@ -6,6 +6,7 @@ walk-through's `checkout` workflow.
 (or `.venv/bin/python -m nodeflow_worker examples.worker`). Stop it with
 Ctrl-C or SIGTERM: tasks in flight finish and report first.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,7 @@ import os
 
 from nodeflow_worker import Task, TerminalError, Worker
 
-worker = Worker(os.environ.get("NF_URL", "http://127.0.0.1:8000"), os.environ["NF_API_KEY"],
-                concurrency=8)
+worker = Worker(os.environ.get("NF_URL", "http://127.0.0.1:8000"), os.environ["NF_API_KEY"], concurrency=8)
 
 
 @worker.task("charge")

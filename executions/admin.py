@@ -1,6 +1,7 @@
 """Admin for executions and the rows around them. Everything is read-only:
 an execution changes only through the actions below, each of which calls
 the lifecycle service for one row at a time and reports what it said."""
+
 from __future__ import annotations
 
 from django.contrib import admin
@@ -49,8 +50,18 @@ class OperateMixin:
 
 @admin.register(Execution)
 class ExecutionAdmin(OperateMixin, BigTableAdmin):
-    list_display = ("id", "name", "version", "namespace", "status", "awaiting_admission", "depth", "created_at",
-                    "ended_at", "correlation_id")
+    list_display = (
+        "id",
+        "name",
+        "version",
+        "namespace",
+        "status",
+        "awaiting_admission",
+        "depth",
+        "created_at",
+        "ended_at",
+        "correlation_id",
+    )
     list_filter = ("status", "namespace", "awaiting_admission", RootFilter)
     list_select_related = ("namespace",)
     search_fields = ("name", "=correlation_id", "=idempotency_key")
@@ -92,8 +103,9 @@ class ExecutionAdmin(OperateMixin, BigTableAdmin):
     @admin.action(description="Terminate (cancel open tasks and children)", permissions=["operate"])
     def terminate(self, request, queryset) -> None:
         reason = f"terminated in the admin by {request.user.get_username()}"
-        self._each(request, queryset, lambda pk: lifecycle.terminate_execution(execution_id=pk, reason=reason),
-                   "terminated")
+        self._each(
+            request, queryset, lambda pk: lifecycle.terminate_execution(execution_id=pk, reason=reason), "terminated"
+        )
 
     @admin.action(description="Pause", permissions=["operate"])
     def pause(self, request, queryset) -> None:
@@ -113,8 +125,7 @@ class ExecutionAdmin(OperateMixin, BigTableAdmin):
 
     @admin.action(description="Decide now (evaluate again)", permissions=["operate"])
     def decide(self, request, queryset) -> None:
-        report_each(request, queryset.values_list("pk", flat=True), call=_decide,
-                    label=lambda pk: f"execution {pk}")
+        report_each(request, queryset.values_list("pk", flat=True), call=_decide, label=lambda pk: f"execution {pk}")
 
 
 def _decide(execution_id) -> str:
@@ -142,8 +153,20 @@ class TaskKindFilter(admin.SimpleListFilter):
 
 @admin.register(Task)
 class TaskAdmin(BigTableAdmin):
-    list_display = ("id", "path", "attempt", "run", "status", "type", "queue", "execution_link", "worker_id",
-                    "scheduled_at", "started_at", "ended_at")
+    list_display = (
+        "id",
+        "path",
+        "attempt",
+        "run",
+        "status",
+        "type",
+        "queue",
+        "execution_link",
+        "worker_id",
+        "scheduled_at",
+        "started_at",
+        "ended_at",
+    )
     list_filter = ("status", TaskKindFilter, "namespace", "held")
     search_fields = ("path", "=task_def_name", "=queue", "=worker_id")
     uuid_search_fields = ("id", "execution_id", "child_execution_id")
@@ -176,8 +199,9 @@ class DecideRequestAdmin(OperateMixin, ReadOnlyAdmin):
 
     @admin.action(description="Decide now", permissions=["operate"])
     def decide(self, request, queryset) -> None:
-        report_each(request, queryset.values_list("execution_id", flat=True), call=_decide,
-                    label=lambda pk: f"execution {pk}")
+        report_each(
+            request, queryset.values_list("execution_id", flat=True), call=_decide, label=lambda pk: f"execution {pk}"
+        )
 
 
 @admin.register(Timer)

@@ -13,6 +13,7 @@ permits here (``_left_in_flight``): a control attached to this module holds
 on every path that reaches the row. A test fails when any other module
 writes the table (tests/test_row_owners.py).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -59,6 +60,7 @@ def _set(task: Task, values: dict[str, Any]) -> None:
 
 # --- insert -------------------------------------------------------------------
 
+
 def insert(tasks: Iterable[Task]) -> None:
     """New task rows (a decision's, or a manual retry's attempts), one statement."""
     sql.insert(tasks)
@@ -71,6 +73,7 @@ def insert(tasks: Iterable[Task]) -> None:
 # more than its controls allow, booked before the lock goes); one without
 # controls takes one statement on PostgreSQL. The PostgreSQL statement and
 # the SQLite path of each lease sit side by side.
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -120,8 +123,11 @@ def _lease_rows(pick: Pick, worker_id: str, count: int, token: str, now: dt.date
     """Lease up to ``count`` of the ready tasks ``pick`` names (the caller
     holds the gate)."""
     if connection.vendor == "postgresql":
-        return sql.rows(Task, _lease_sql(pick.system, pick.task_id is not None),
-                        _lease_params(worker_id, count, token, now, ns=pick.namespace_id, queue=pick.name, task=pick.task_id))
+        return sql.rows(
+            Task,
+            _lease_sql(pick.system, pick.task_id is not None),
+            _lease_params(worker_id, count, token, now, ns=pick.namespace_id, queue=pick.name, task=pick.task_id),
+        )
     # SQLite: inside the gate's transaction, which holds the write lock.
     tasks = list(_ready(pick, now).order_by("-priority", "available_at")[:count])
     cap_s = system_cap_s() if pick.system else math.inf
@@ -136,8 +142,12 @@ def _lease_rows(pick: Pick, worker_id: str, count: int, token: str, now: dt.date
     # One UPDATE per distinct lease length (almost always one).
     for seconds, ids in by_length.items():
         Task.objects.filter(pk__in=ids).update(
-            status=TaskStatus.IN_PROGRESS, started_at=now, worker_id=worker_id, lease_token=token,
-            lease_expires_at=now + dt.timedelta(seconds=seconds), last_heartbeat_at=now,
+            status=TaskStatus.IN_PROGRESS,
+            started_at=now,
+            worker_id=worker_id,
+            lease_token=token,
+            lease_expires_at=now + dt.timedelta(seconds=seconds),
+            last_heartbeat_at=now,
             deliveries=F("deliveries") + 1,
         )
     return tasks
@@ -148,8 +158,9 @@ def _ready(pick: Pick, now: dt.datetime):
     which = {"kind": "system", "task_def_name": pick.name} if pick.system else {"queue": pick.name}
     if pick.task_id is not None:
         which["pk"] = pick.task_id
-    return Task.objects.filter(namespace_id=pick.namespace_id, status=TaskStatus.SCHEDULED, held=False,
-                               available_at__lte=now, **which)
+    return Task.objects.filter(
+        namespace_id=pick.namespace_id, status=TaskStatus.SCHEDULED, held=False, available_at__lte=now, **which
+    )
 
 
 def _lease_params(worker_id: str, count: int, token: str, now: dt.datetime, **which) -> dict:
@@ -183,8 +194,10 @@ _READY = """
 
 def _has_controls(alias: str) -> str:
     """A task definition row with any control (those go through the gate)."""
-    return (f"({alias}.concurrent_exec_limit > 0 OR {alias}.rate_limit_per_frequency > 0"
-            f" OR {alias}.semaphores <> '[]'::jsonb)")
+    return (
+        f"({alias}.concurrent_exec_limit > 0 OR {alias}.rate_limit_per_frequency > 0"
+        f" OR {alias}.semaphores <> '[]'::jsonb)"
+    )
 
 
 @functools.cache
@@ -195,14 +208,32 @@ def _lease_sql(system: bool = False, one: bool = False) -> str:
     definition (``system``), task_system_ready, with the lease capped;
     ``one``: only the task %(task)s. Either skips rows another poller holds."""
     ready = _READY.format(which=_OF_DEFINITION if system else _OF_QUEUE, extra=_ONLY_TASK if one else "")
-    return f"UPDATE executions_task AS t {_lease_set(system)} WHERE t.id IN ({ready}) RETURNING {sql.columns(Task, 't')}"
+    return (
+        f"UPDATE executions_task AS t {_lease_set(system)} WHERE t.id IN ({ready}) RETURNING {sql.columns(Task, 't')}"
+    )
 
 
 # What a lease answer and its metrics read of the leased rows (the rest is
 # deferred, as with QuerySet.only: fewer columns to send and convert).
 LEASED_FIELDS = (
-    "id", "execution", "namespace", "type", "kind", "task_def_name", "queue", "status", "ref", "path", "attempt",
-    "input", "idempotency_key", "scheduled_at", "available_at", "started_at", "lease_token", "lease_expires_at",
+    "id",
+    "execution",
+    "namespace",
+    "type",
+    "kind",
+    "task_def_name",
+    "queue",
+    "status",
+    "ref",
+    "path",
+    "attempt",
+    "input",
+    "idempotency_key",
+    "scheduled_at",
+    "available_at",
+    "started_at",
+    "lease_token",
+    "lease_expires_at",
 )
 
 
@@ -215,17 +246,19 @@ def _lease_fast_sql() -> str:
     return f"""
 WITH ctl AS (
     SELECT count(*) AS n FROM metadata_taskdefinition AS d
-     WHERE d.namespace_id = %(ns)s AND d.name = %(queue)s AND {_has_controls('d')}
+     WHERE d.namespace_id = %(ns)s AND d.name = %(queue)s AND {_has_controls("d")}
 ), leased AS (
     UPDATE executions_task AS t {_lease_set(False)}
      WHERE t.id IN ({_READY.format(which=_OF_QUEUE, extra="AND (SELECT n FROM ctl) = 0")})
-    RETURNING {sql.columns(Task, 't', LEASED_FIELDS)}
+    RETURNING {sql.columns(Task, "t", LEASED_FIELDS)}
 )
-SELECT {sql.columns(Task, 'leased', LEASED_FIELDS)}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
+SELECT {sql.columns(Task, "leased", LEASED_FIELDS)}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
 """
 
 
-def lease_fast(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> tuple[list[Task], bool]:
+def lease_fast(
+    namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime
+) -> tuple[list[Task], bool]:
     params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
     found = sql.rows(Task, _lease_fast_sql(), params, extra=1, fields=LEASED_FIELDS)
     return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
@@ -242,8 +275,9 @@ def system_cap_s() -> float:
     return float(settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS)
 
 
-def lease_ungated_system(worker_id: str, count: int, token: str, now: dt.datetime,
-                   task_id: uuid.UUID | None = None) -> tuple[list[Task], list[Group]]:
+def lease_ungated_system(
+    worker_id: str, count: int, token: str, now: dt.datetime, task_id: uuid.UUID | None = None
+) -> tuple[list[Task], list[Group]]:
     """What can be leased without a gate, and the groups that need theirs,
     highest priority first. On PostgreSQL one statement leases up to
     ``count`` ready system tasks whose definitions have no controls and
@@ -257,8 +291,11 @@ def lease_ungated_system(worker_id: str, count: int, token: str, now: dt.datetim
     ready = Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=now)
     if task_id is not None:
         ready = ready.filter(pk=task_id)
-    groups = (ready.values_list("namespace_id", "task_def_name").annotate(top=Max("priority"), since=Min("available_at"))
-              .order_by("-top", "since")[:SYSTEM_GROUPS_SQLITE])
+    groups = (
+        ready.values_list("namespace_id", "task_def_name")
+        .annotate(top=Max("priority"), since=Min("available_at"))
+        .order_by("-top", "since")[:SYSTEM_GROUPS_SQLITE]
+    )
     return [], [(namespace_id, name) for namespace_id, name, _, _ in groups]
 
 
@@ -273,17 +310,17 @@ def _lease_system_sql(one: bool) -> str:
 WITH leased AS (
     UPDATE executions_task AS t {_lease_set(True)}
      WHERE t.id IN ({_READY.format(which=_OF_ANY_SYSTEM, extra=uncontrolled)})
-    RETURNING {sql.columns(Task, 't')}
+    RETURNING {sql.columns(Task, "t")}
 ), gated AS (
     SELECT r.namespace_id, r.task_def_name, max(r.priority) AS top, min(r.available_at) AS since
       FROM executions_task AS r
      WHERE r.kind = 'system' AND r.status = 'SCHEDULED' AND NOT r.held AND r.available_at <= %(now)s {only}
-       AND EXISTS ({_definition_of('r')} AND {_has_controls('d')})
+       AND EXISTS ({_definition_of("r")} AND {_has_controls("d")})
      GROUP BY r.namespace_id, r.task_def_name
      ORDER BY top DESC, since
      LIMIT %(groups)s
 )
-SELECT {sql.columns(Task, 'leased')}, g.namespaces, g.names
+SELECT {sql.columns(Task, "leased")}, g.namespaces, g.names
   FROM (SELECT array_agg(namespace_id ORDER BY top DESC, since) AS namespaces,
                array_agg(task_def_name ORDER BY top DESC, since) AS names FROM gated) AS g
   LEFT JOIN leased ON true
@@ -291,14 +328,26 @@ SELECT {sql.columns(Task, 'leased')}, g.namespaces, g.names
 
 
 def _definition_of(alias: str) -> str:
-    return (f"SELECT 1 FROM metadata_taskdefinition AS d"
-            f" WHERE d.namespace_id = {alias}.namespace_id AND d.name = {alias}.task_def_name")
+    return (
+        f"SELECT 1 FROM metadata_taskdefinition AS d"
+        f" WHERE d.namespace_id = {alias}.namespace_id AND d.name = {alias}.task_def_name"
+    )
 
 
 # --- results and heartbeats -------------------------------------------------------
 
-def result_values(task: Task, *, status: str, output: dict, reason: str, callback_after_s: float,
-                  logs: list, now: dt.datetime, paused: bool) -> dict[str, Any]:
+
+def result_values(
+    task: Task,
+    *,
+    status: str,
+    output: dict,
+    reason: str,
+    callback_after_s: float,
+    logs: list,
+    now: dt.datetime,
+    paused: bool,
+) -> dict[str, Any]:
     """The columns a result sets on an IN_PROGRESS ``task``: an end, a put-back
     (IN_PROGRESS with ``callback_after_s``: offered again later, held when
     the run is ``paused``) or a renewal (IN_PROGRESS, still working)."""
@@ -307,11 +356,17 @@ def result_values(task: Task, *, status: str, output: dict, reason: str, callbac
     if logs:
         values["logs"] = (task.logs + [{"at": now.isoformat(), "log": str(line)} for line in logs])[-MAX_LOG_ENTRIES:]
     if status != TaskStatus.IN_PROGRESS:
-        values.update(status=status, reason_for_incompletion=reason, ended_at=now, lease_token=None,
-                      lease_expires_at=None)
+        values.update(
+            status=status, reason_for_incompletion=reason, ended_at=now, lease_token=None, lease_expires_at=None
+        )
     elif callback_after_s > 0:
-        values.update(status=TaskStatus.SCHEDULED, lease_token=None, lease_expires_at=None,
-                      available_at=now + dt.timedelta(seconds=callback_after_s), held=paused)
+        values.update(
+            status=TaskStatus.SCHEDULED,
+            lease_token=None,
+            lease_expires_at=None,
+            available_at=now + dt.timedelta(seconds=callback_after_s),
+            held=paused,
+        )
     else:
         values.update(lease_expires_at=_renewed_expiry(task, now), last_heartbeat_at=now)
     return values
@@ -364,8 +419,13 @@ def lease_is_live(task: Task, *, lease_token: str | None, now: dt.datetime) -> b
     its worker may no longer report, whatever the sweeper has done since, so
     a control that stops counting an expired lease (a semaphore) agrees with
     what may still report."""
-    return (task.status == TaskStatus.IN_PROGRESS and lease_token is not None and task.lease_token == lease_token
-            and task.lease_expires_at is not None and task.lease_expires_at > now)
+    return (
+        task.status == TaskStatus.IN_PROGRESS
+        and lease_token is not None
+        and task.lease_token == lease_token
+        and task.lease_expires_at is not None
+        and task.lease_expires_at > now
+    )
 
 
 def renew(task: Task, *, lease_token: str, now: dt.datetime, progress: Any = None) -> bool:
@@ -392,11 +452,17 @@ def _renewed_expiry(task: Task, now: dt.datetime) -> dt.datetime:
 
 # --- timeouts and lease expiry -------------------------------------------------
 
+
 def time_out(task: Task, *, reason: str, now: dt.datetime) -> bool:
     """End an open attempt TIMED_OUT (a timer or an expired lease fired)."""
     ended = sql.update(
-        Task, values={"status": TaskStatus.TIMED_OUT, "reason_for_incompletion": reason, "ended_at": now,
-                      "lease_token": None},
+        Task,
+        values={
+            "status": TaskStatus.TIMED_OUT,
+            "reason_for_incompletion": reason,
+            "ended_at": now,
+            "lease_token": None,
+        },
         where={"id": task.id, "status": task.status if task.status in OPEN_TASK else list(OPEN_TASK)},
     )
     if ended and task.status == TaskStatus.IN_PROGRESS:
@@ -408,8 +474,9 @@ def time_out(task: Task, *, reason: str, now: dt.datetime) -> bool:
 def extend_alerting(task: Task, *, until: dt.datetime) -> bool:
     """An ALERT_ONLY attempt past its deadline runs on: its lease is renewed
     to ``until`` so the alert repeats once per period, not at every sweep."""
-    return bool(sql.update(Task, values={"lease_expires_at": until},
-                           where={"id": task.id, "status": TaskStatus.IN_PROGRESS}))
+    return bool(
+        sql.update(Task, values={"lease_expires_at": until}, where={"id": task.id, "status": TaskStatus.IN_PROGRESS})
+    )
 
 
 def redeliver(task: Task, *, now: dt.datetime, held: bool) -> bool:
@@ -417,8 +484,14 @@ def redeliver(task: Task, *, now: dt.datetime, held: bool) -> bool:
     back to its queue (same idempotency key; the old lease token is void),
     held if the run is paused."""
     moved = sql.update(
-        Task, values={"status": TaskStatus.SCHEDULED, "lease_token": None, "lease_expires_at": None,
-                      "available_at": now, "held": held},
+        Task,
+        values={
+            "status": TaskStatus.SCHEDULED,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "available_at": now,
+            "held": held,
+        },
         where={"id": task.id, "status": TaskStatus.IN_PROGRESS},
     )
     if moved:
@@ -428,6 +501,7 @@ def redeliver(task: Task, *, now: dt.datetime, held: bool) -> bool:
 
 
 # --- waiting tasks -----------------------------------------------------------------
+
 
 def complete_waiting(task_id: uuid.UUID, *, type_: str, now: dt.datetime, output: dict | None = None) -> bool:
     """Complete a waiting task (a WAIT's timer, a matching webhook) if it still waits."""
@@ -446,13 +520,20 @@ def link_child(task_id: uuid.UUID, *, child_id: uuid.UUID) -> None:
 
 # --- decisions ----------------------------------------------------------------------
 
+
 def apply_decided(rows: list, now: dt.datetime) -> None:
     """Write the rows a decision changed (``executions.decider.snapshot.Row``), each only
     if it is still in the status the decider read. A cancel applies to an
     open task whatever it became meanwhile (a poll may have leased it)."""
     for row in rows:
-        values = dict(status=row.status, output=row.output, reason_for_incompletion=row.reason,
-                      started_at=row.started_at, ended_at=row.ended_at, lease_token=None)
+        values = {
+            "status": row.status,
+            "output": row.output,
+            "reason_for_incompletion": row.reason,
+            "started_at": row.started_at,
+            "ended_at": row.ended_at,
+            "lease_token": None,
+        }
         if row.status == TaskStatus.CANCELED:
             _cancel_rows(Task.objects.filter(pk=row.id), values)
             continue
@@ -461,6 +542,7 @@ def apply_decided(rows: list, now: dt.datetime) -> None:
 
 
 # --- cancel, pause, resume, retry -------------------------------------------------
+
 
 def cancel_open(*, execution_id: uuid.UUID, run: int, reason: str, now: dt.datetime) -> int:
     """Cancel every open task of a run (terminate, a workflow timeout)."""
@@ -473,8 +555,11 @@ def cancel_open(*, execution_id: uuid.UUID, run: int, reason: str, now: dt.datet
 def _cancel_rows(rows, values: dict[str, Any]) -> int:
     """Cancel the open tasks among ``rows``; those that were in flight free
     their slots and permits."""
-    in_flight = list(rows.filter(status=TaskStatus.IN_PROGRESS, kind__in=("worker", "system"))
-                     .only("id", "namespace_id", "queue", "kind", "task_def_name"))
+    in_flight = list(
+        rows.filter(status=TaskStatus.IN_PROGRESS, kind__in=("worker", "system")).only(
+            "id", "namespace_id", "queue", "kind", "task_def_name"
+        )
+    )
     canceled = rows.filter(status__in=OPEN_TASK).update(**values)
     for task in in_flight:
         _left_in_flight(task)
@@ -499,27 +584,48 @@ def release_held(*, execution_id: uuid.UUID) -> int:
 
 def reopen(task_id: uuid.UUID) -> bool:
     """A manual retry reopens a fork or loop that failed because of a task inside it."""
-    return bool(sql.update(
-        Task, values={"status": TaskStatus.IN_PROGRESS, "ended_at": None, "reason_for_incompletion": ""},
-        where={"id": task_id, "status": [TaskStatus.FAILED, TaskStatus.TIMED_OUT, TaskStatus.CANCELED]},
-    ))
+    return bool(
+        sql.update(
+            Task,
+            values={"status": TaskStatus.IN_PROGRESS, "ended_at": None, "reason_for_incompletion": ""},
+            where={"id": task_id, "status": [TaskStatus.FAILED, TaskStatus.TIMED_OUT, TaskStatus.CANCELED]},
+        )
+    )
 
 
 def new_attempt(row: Task, *, seq: int, now: dt.datetime, held: bool = False) -> Task:
     """A manual retry's attempt of ``row``'s task: a fresh task budget (its
     timers are the caller's), inserted SCHEDULED (``held``: not dispatched yet)."""
     task = Task(
-        execution_id=row.execution_id, namespace_id=row.namespace_id, run=row.run, seq=seq, ref=row.ref,
-        path=row.path, type=row.type, kind=row.kind, task_def_name=row.task_def_name, queue=row.queue,
-        status=TaskStatus.SCHEDULED, held=held, optional=row.optional, attempt=row.attempt + 1,
-        priority=row.priority, policy=row.policy, input=row.input, idempotency_key=row.idempotency_key,
-        lease_seconds=row.lease_seconds, scheduled_at=now, available_at=now, first_scheduled_at=now,
+        execution_id=row.execution_id,
+        namespace_id=row.namespace_id,
+        run=row.run,
+        seq=seq,
+        ref=row.ref,
+        path=row.path,
+        type=row.type,
+        kind=row.kind,
+        task_def_name=row.task_def_name,
+        queue=row.queue,
+        status=TaskStatus.SCHEDULED,
+        held=held,
+        optional=row.optional,
+        attempt=row.attempt + 1,
+        priority=row.priority,
+        policy=row.policy,
+        input=row.input,
+        idempotency_key=row.idempotency_key,
+        lease_seconds=row.lease_seconds,
+        scheduled_at=now,
+        available_at=now,
+        first_scheduled_at=now,
     )
     insert([task])
     return task
 
 
 # --- purge ----------------------------------------------------------------------------
+
 
 def purge(*, execution_ids: list[uuid.UUID]) -> int:
     """Delete every attempt of these (finished) executions."""

@@ -3,6 +3,7 @@
 Answers from committed state only, with the control that holds the task,
 its limit and current use, since when, and until when if that is known.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -18,8 +19,14 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def _reason(control: str, *, since: dt.datetime, until: dt.datetime | None = None,
-            limit: int | None = None, current: int | None = None) -> dict:
+def _reason(
+    control: str,
+    *,
+    since: dt.datetime,
+    until: dt.datetime | None = None,
+    limit: int | None = None,
+    current: int | None = None,
+) -> dict:
     body = {"control": control, "limit": limit, "current": current, "since": _iso(since)}
     if until is not None:
         body["until"] = _iso(until)
@@ -47,8 +54,9 @@ def _queue_blocker(task: Task, now: dt.datetime, context: dict) -> dict | None:
     and one at the runners, among the tasks of one view."""
     key = ("controls", task.namespace_id, task.task_def_name)
     if key not in context:
-        context[key] = open_gate(namespace_id=task.namespace_id, queue=task.task_def_name, want=1, now=now,
-                                 lock=False).blocker
+        context[key] = open_gate(
+            namespace_id=task.namespace_id, queue=task.task_def_name, want=1, now=now, lock=False
+        ).blocker
     blocker, since = context[key], max(task.scheduled_at, task.available_at)
     if blocker is not None:
         return _reason(blocker.control, since=since, until=blocker.until, limit=blocker.limit, current=blocker.current)
@@ -81,7 +89,9 @@ def _no_pollers(since: dt.datetime, last_poll: dt.datetime | None, now: dt.datet
     return None
 
 
-def execution_blocked_by(execution: Execution, *, tasks: list[Task] | None = None, now: dt.datetime | None = None) -> dict | None:
+def execution_blocked_by(
+    execution: Execution, *, tasks: list[Task] | None = None, now: dt.datetime | None = None
+) -> dict | None:
     """Why a running execution schedules nothing more: it awaits admission
     (``_admission_blocker``), or its open tasks fill ``maxConcurrentTasks``
     while more are ready to start (tasks past the cap have no rows to carry
@@ -135,7 +145,8 @@ def _circuit_open(task: Task) -> dict | None:
         return None
     previous = (
         Task.objects.filter(execution_id=task.execution_id, run=task.run, path=task.path, attempt=task.attempt - 1)
-        .values_list("output", "ended_at").first()
+        .values_list("output", "ended_at")
+        .first()
     )
     key = previous[0].get("circuitOpen") if previous and isinstance(previous[0], dict) else None
     if not key:

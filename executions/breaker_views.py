@@ -1,5 +1,6 @@
 """``GET /v1/ns/{ns}/breakers``: the circuit breakers each process reported
 for this namespace (SPEC §8). Thin: authorise, read, render."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -11,11 +12,15 @@ from nodeflow.auth import Scope
 from nodeflow.views import NamespacedView
 
 BREAKERS = inline_serializer(
-    "Breaker", many=True,
+    "Breaker",
+    many=True,
     fields={
-        "key": serializers.CharField(), "state": serializers.ChoiceField(choices=["CLOSED", "OPEN", "HALF_OPEN"]),
-        "process": serializers.CharField(), "failures": serializers.IntegerField(),
-        "requests": serializers.IntegerField(), "openedUntil": serializers.DateTimeField(allow_null=True),
+        "key": serializers.CharField(),
+        "state": serializers.ChoiceField(choices=["CLOSED", "OPEN", "HALF_OPEN"]),
+        "process": serializers.CharField(),
+        "failures": serializers.IntegerField(),
+        "requests": serializers.IntegerField(),
+        "openedUntil": serializers.DateTimeField(allow_null=True),
         "updatedAt": serializers.DateTimeField(),
     },
 )

@@ -22,6 +22,7 @@ tests move it instead of sleeping. Each process writes its breakers to
 ``BreakerState`` every REPORT_INTERVAL_S (``report_if_due``), one row per
 namespace that used the breaker, for ``GET /v1/ns/{ns}/breakers``.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -143,7 +144,10 @@ class Breaker:
             self._calls.append((now, counts))
             self._prune(now)
             failures = sum(failed for _, failed in self._calls)
-            if len(self._calls) >= self.config.minimum_requests and failures / len(self._calls) >= self.config.failure_ratio:
+            if (
+                len(self._calls) >= self.config.minimum_requests
+                and failures / len(self._calls) >= self.config.failure_ratio
+            ):
                 self._open(now, self.config.open_s)
 
     def _open(self, now: float, seconds: float) -> None:
@@ -163,8 +167,12 @@ class Breaker:
         with self._lock:
             self._prune(self.clock())
             remaining = max(self._opened_until - self.clock(), 0.0) if self.state == OPEN else None
-            return {"state": self.state, "failures": sum(f for _, f in self._calls), "requests": len(self._calls),
-                    "open_remaining_s": remaining}
+            return {
+                "state": self.state,
+                "failures": sum(f for _, f in self._calls),
+                "requests": len(self._calls),
+                "open_remaining_s": remaining,
+            }
 
 
 class Breakers:
@@ -244,10 +252,14 @@ def report() -> int:
     if not registry().config.enabled:
         return 0
     now = wall_clock.now()
-    rows = [_row(breaker, namespace_id, now) for breaker in registry().all() for namespace_id in list(breaker.namespaces)]
+    rows = [
+        _row(breaker, namespace_id, now) for breaker in registry().all() for namespace_id in list(breaker.namespaces)
+    ]
     BreakerState.objects.filter(updated_at__lt=now - dt.timedelta(seconds=FORGET_AFTER_S)).delete()
     BreakerState.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["process", "namespace", "key"],
+        rows,
+        update_conflicts=True,
+        unique_fields=["process", "namespace", "key"],
         update_fields=["state", "failures", "requests", "opened_until", "updated_at"],
     )
     return len(rows)
@@ -257,8 +269,13 @@ def _row(breaker: Breaker, namespace_id: int, now: dt.datetime) -> BreakerState:
     state = breaker.snapshot()
     remaining = state["open_remaining_s"]
     return BreakerState(
-        process=process_id(), namespace_id=namespace_id, key=breaker.key, state=state["state"],
-        failures=state["failures"], requests=state["requests"], updated_at=now,
+        process=process_id(),
+        namespace_id=namespace_id,
+        key=breaker.key,
+        state=state["state"],
+        failures=state["failures"],
+        requests=state["requests"],
+        updated_at=now,
         opened_until=now + dt.timedelta(seconds=remaining) if remaining is not None else None,
     )
 
@@ -268,8 +285,15 @@ def listed(namespace_id: int) -> list[dict]:
     since = wall_clock.now() - dt.timedelta(seconds=LISTED_FOR_S)
     rows = BreakerState.objects.filter(namespace_id=namespace_id, updated_at__gte=since).order_by("key", "process")
     return [
-        {"key": row.key, "state": row.state, "process": row.process, "failures": row.failures,
-         "requests": row.requests, "openedUntil": _iso(row.opened_until), "updatedAt": _iso(row.updated_at)}
+        {
+            "key": row.key,
+            "state": row.state,
+            "process": row.process,
+            "failures": row.failures,
+            "requests": row.requests,
+            "openedUntil": _iso(row.opened_until),
+            "updatedAt": _iso(row.updated_at),
+        }
         for row in rows
     ]
 

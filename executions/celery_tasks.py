@@ -2,6 +2,7 @@
 beat sweeps. Thin: each calls services. Messages carry ids only and every
 task is safe to run twice (the lease decides who runs a system task; timers
 and leases are claimed with SKIP LOCKED)."""
+
 from __future__ import annotations
 
 from celery import shared_task

@@ -11,6 +11,7 @@ gate decides every lease. Results and heartbeats must present the current,
 unexpired lease (fenced by token and time): see ``executions.results``.
 See docs/controls.md and docs/engine.md.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -20,7 +21,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-
 
 from executions import attempts, notify
 from executions.leases import capped_seconds
@@ -123,16 +123,18 @@ def lease_system_tasks(*, worker_id: str, count: int = 1, task_id=None) -> list[
         found, named = attempts.lease_ungated_system(worker_id, count - len(leased), token, clock.now())
         leased += found
         _groups.saw(named)
-        leased += _lease_groups(_groups.due(among=[g for g in named if g not in tried]), worker_id,
-                                count - len(leased), token)
+        leased += _lease_groups(
+            _groups.due(among=[g for g in named if g not in tried]), worker_id, count - len(leased), token
+        )
     metrics.record_dispatch(leased)
     return leased
 
 
 def system_tasks_ready() -> bool:
     """Whether a system task of any namespace is ready now."""
-    return Task.objects.filter(kind="system", status=TaskStatus.SCHEDULED, held=False,
-                               available_at__lte=clock.now()).exists()
+    return Task.objects.filter(
+        kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=clock.now()
+    ).exists()
 
 
 def lease_system_task(task_id, *, worker_id: str) -> attempts.Lease:

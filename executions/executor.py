@@ -12,6 +12,7 @@ children. A child never locks its parent: when it ends it only queues a
 decide request for the parent. That order is what keeps deciders, result
 handlers, sweepers and terminate free of deadlocks.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -26,17 +27,17 @@ from django.db import IntegrityError, transaction
 
 from executions import attempts, notify, runs, snapshots, sql
 from executions.decider import decide
-from executions.leases import lease_seconds
-from executions.snapshots import snapshot_body, workflow_of
-from executions.models import ACTIVE_EXECUTION, DecideRequest, Execution, ExecutionStatus, Message, Task
-from executions.retry import BUDGET_WINDOW_S
 from executions.decider.decision import Decision, Ending, StartChild
 from executions.decider.snapshot import FAILURE, Child, Row, Snapshot
+from executions.leases import lease_seconds
+from executions.models import ACTIVE_EXECUTION, DecideRequest, Execution, ExecutionStatus, Message, Task
+from executions.retry import BUDGET_WINDOW_S
+from executions.snapshots import snapshot_body, workflow_of
 from metadata import taskdefs
 from metadata.tree import walk_tasks
 from nodeflow import claims, clock, metrics
-from nodeflow.ids import new_id
 from nodeflow.errors import Conflict, NotFound
+from nodeflow.ids import new_id
 from nodeflow.models import Namespace
 from quotas import admission, starts
 
@@ -51,14 +52,55 @@ FAILED_REQUEST_BACKOFF_S = 5.0
 # other columns are deferred (see sql.to_model), saving their transfer and
 # conversion on the hot path.
 DECIDING_EXECUTION_FIELDS = (
-    "id", "namespace", "name", "version", "snapshot", "workflow_key", "status", "awaiting_admission",
-    "admission_key", "input", "variables", "correlation_id", "priority", "parent_execution", "parent_task_id",
-    "path_prefix", "depth", "run", "evaluated_at", "deadline",
+    "id",
+    "namespace",
+    "name",
+    "version",
+    "snapshot",
+    "workflow_key",
+    "status",
+    "awaiting_admission",
+    "admission_key",
+    "input",
+    "variables",
+    "correlation_id",
+    "priority",
+    "parent_execution",
+    "parent_task_id",
+    "path_prefix",
+    "depth",
+    "run",
+    "evaluated_at",
+    "deadline",
 )
 DECIDING_TASK_FIELDS = (
-    "id", "execution", "namespace", "run", "seq", "ref", "path", "type", "kind", "task_def_name", "queue", "status",
-    "optional", "attempt", "policy", "input", "output", "reason_for_incompletion", "scheduled_at", "available_at",
-    "started_at", "ended_at", "first_scheduled_at", "lease_token", "lease_expires_at", "child_execution_id", "logs",
+    "id",
+    "execution",
+    "namespace",
+    "run",
+    "seq",
+    "ref",
+    "path",
+    "type",
+    "kind",
+    "task_def_name",
+    "queue",
+    "status",
+    "optional",
+    "attempt",
+    "policy",
+    "input",
+    "output",
+    "reason_for_incompletion",
+    "scheduled_at",
+    "available_at",
+    "started_at",
+    "ended_at",
+    "first_scheduled_at",
+    "lease_token",
+    "lease_expires_at",
+    "child_execution_id",
+    "logs",
 )
 
 
@@ -67,7 +109,8 @@ def read_run(execution: Execution, *, fields: tuple[str, ...] | None = None) -> 
     return sql.rows(
         Task,
         f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE execution_id = %s AND run = %s ORDER BY seq",
-        [sql.prep(Task, "execution", execution.id), execution.run], fields=fields,
+        [sql.prep(Task, "execution", execution.id), execution.run],
+        fields=fields,
     )
 
 
@@ -89,12 +132,27 @@ def read_runs(executions: list[Execution], *, fields: tuple[str, ...] | None = N
 
 def to_row(task: Task) -> Row:
     return Row(
-        id=task.id, path=task.path, ref=task.ref, type=task.type, kind=task.kind,
-        task_def_name=task.task_def_name, status=task.status, attempt=task.attempt, seq=task.seq,
-        scheduled_at=task.scheduled_at, available_at=task.available_at,
-        first_scheduled_at=task.first_scheduled_at, input=task.input, output=task.output,
-        reason=task.reason_for_incompletion, optional=task.optional, policy=task.policy, queue=task.queue,
-        started_at=task.started_at, ended_at=task.ended_at, child_execution_id=task.child_execution_id,
+        id=task.id,
+        path=task.path,
+        ref=task.ref,
+        type=task.type,
+        kind=task.kind,
+        task_def_name=task.task_def_name,
+        status=task.status,
+        attempt=task.attempt,
+        seq=task.seq,
+        scheduled_at=task.scheduled_at,
+        available_at=task.available_at,
+        first_scheduled_at=task.first_scheduled_at,
+        input=task.input,
+        output=task.output,
+        reason=task.reason_for_incompletion,
+        optional=task.optional,
+        policy=task.policy,
+        queue=task.queue,
+        started_at=task.started_at,
+        ended_at=task.ended_at,
+        child_execution_id=task.child_execution_id,
     )
 
 
@@ -105,15 +163,29 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
         tasks = read_run(execution)
     rows = [to_row(task) for task in tasks]
     return Snapshot(
-        execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
-        workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
-        variables=execution.variables, rows=rows, now=now,
-        task_defs=taskdefs.policies(execution.namespace_id), children=_children(rows), messages=_messages(execution, rows),
-        depth=execution.depth, path_prefix=execution.path_prefix, run=execution.run,
+        execution_id=execution.id,
+        status=execution.status,
+        workflow=workflow_of(execution),
+        workflows=snapshot_body(execution.snapshot_id)["workflows"],
+        input=execution.input,
+        variables=execution.variables,
+        rows=rows,
+        now=now,
+        task_defs=taskdefs.policies(execution.namespace_id),
+        children=_children(rows),
+        messages=_messages(execution, rows),
+        depth=execution.depth,
+        path_prefix=execution.path_prefix,
+        run=execution.run,
         next_seq=max((task.seq for task in tasks), default=-1) + 1,
-        evaluated_at=execution.evaluated_at, deadline=execution.deadline,
-        correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
-        parent_execution_id=execution.parent_execution_id, budgets=_budgets(execution, rows, now), **_limits(),
+        evaluated_at=execution.evaluated_at,
+        deadline=execution.deadline,
+        correlation_id=execution.correlation_id,
+        name=execution.name,
+        version=execution.version,
+        parent_execution_id=execution.parent_execution_id,
+        budgets=_budgets(execution, rows, now),
+        **_limits(),
     )
 
 
@@ -122,7 +194,8 @@ def _limits() -> dict:
     return {
         "max_fork_items": settings.NODE_FLOW_MAX_FORK_ITEMS,
         "max_loop_iterations": settings.NODE_FLOW_LOOP_ITERATIONS_PER_DECISION,
-        "max_output_bytes": settings.NODE_FLOW_MAX_BODY_BYTES, "max_json_depth": settings.NODE_FLOW_MAX_JSON_DEPTH,
+        "max_output_bytes": settings.NODE_FLOW_MAX_BODY_BYTES,
+        "max_json_depth": settings.NODE_FLOW_MAX_JSON_DEPTH,
     }
 
 
@@ -159,7 +232,9 @@ def _budgets(execution: Execution, rows: list[Row], now: dt.datetime) -> dict[st
     budgets = {}
     for name in names:
         window = Task.objects.filter(
-            namespace_id=execution.namespace_id, task_def_name=name, kind__in=("worker", "system"),
+            namespace_id=execution.namespace_id,
+            task_def_name=name,
+            kind__in=("worker", "system"),
             started_at__gte=since,
         )
         budgets[name] = (window.count(), window.filter(attempt__gt=1).count())
@@ -206,12 +281,23 @@ def decide_new(execution: Execution) -> Decision:
 
 def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
     return Snapshot(
-        execution_id=execution.id, status=execution.status, workflow=workflow_of(execution),
-        workflows=snapshot_body(execution.snapshot_id)["workflows"], input=execution.input,
-        variables=execution.variables, rows=[], now=now, task_defs=taskdefs.policies(execution.namespace_id),
-        depth=execution.depth, path_prefix=execution.path_prefix, deadline=execution.deadline,
-        correlation_id=execution.correlation_id, name=execution.name, version=execution.version,
-        parent_execution_id=execution.parent_execution_id, **_limits(),
+        execution_id=execution.id,
+        status=execution.status,
+        workflow=workflow_of(execution),
+        workflows=snapshot_body(execution.snapshot_id)["workflows"],
+        input=execution.input,
+        variables=execution.variables,
+        rows=[],
+        now=now,
+        task_defs=taskdefs.policies(execution.namespace_id),
+        depth=execution.depth,
+        path_prefix=execution.path_prefix,
+        deadline=execution.deadline,
+        correlation_id=execution.correlation_id,
+        name=execution.name,
+        version=execution.version,
+        parent_execution_id=execution.parent_execution_id,
+        **_limits(),
     )
 
 
@@ -253,7 +339,7 @@ def decide_many(executions: list[Execution], *, tasks: dict[uuid.UUID, list[Task
     for execution in running:
         try:
             decisions.append((execution, decision_for(load_snapshot(execution, now, tasks[execution.id]))))
-        except Exception:  # noqa: BLE001 - a task result must not be lost to a decider bug
+        except Exception:
             log.exception("decision for %s failed; deferred to the decider role", execution.id)
             request_decision(execution.id)
     apply_many(decisions, now)
@@ -271,9 +357,12 @@ def decide_next_request() -> bool:
     decision that raises pushes its request back FAILED_REQUEST_BACKOFF_S
     (logged), instead of retrying it hot (``nodeflow.claims``)."""
     return claims.claim_one(
-        claim=lambda: runs.claim_decide_request(clock.now()), work=_decide_requested, what=_deciding,
+        claim=lambda: runs.claim_decide_request(clock.now()),
+        work=_decide_requested,
+        what=_deciding,
         back_off=lambda request, _: runs.postpone_decide_request(
-            request.execution_id, due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S)),
+            request.execution_id, due_at=clock.now() + dt.timedelta(seconds=FAILED_REQUEST_BACKOFF_S)
+        ),
     )
 
 
@@ -290,9 +379,16 @@ def _deciding(request: DecideRequest) -> str:
 
 # --- starting and ending runs ------------------------------------------------
 
+
 def start(
-    *, namespace: Namespace, name: str, version: int | None = None, input: dict | None = None,
-    correlation_id: str | None = None, idempotency_key: str | None = None, priority: int = 0,
+    *,
+    namespace: Namespace,
+    name: str,
+    version: int | None = None,
+    input: dict | None = None,
+    correlation_id: str | None = None,
+    idempotency_key: str | None = None,
+    priority: int = 0,
     hold: bool = False,
 ) -> tuple[Execution, bool]:
     """Start an execution and make its first decision, in one transaction.
@@ -313,10 +409,18 @@ def start(
         workflow = snapshot.body["workflows"][key]
         now = clock.now()
         execution = Execution(
-            namespace=namespace, name=name, version=snapshot.version, snapshot_id=snapshot.id, workflow_key=key,
-            input=input or {}, variables=dict(workflow.get("variables") or {}),
-            correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority,
-            created_at=now, started_at=now,
+            namespace=namespace,
+            name=name,
+            version=snapshot.version,
+            snapshot_id=snapshot.id,
+            workflow_key=key,
+            input=input or {},
+            variables=dict(workflow.get("variables") or {}),
+            correlation_id=correlation_id,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            created_at=now,
+            started_at=now,
         )
         admitted = starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
         try:
@@ -342,11 +446,22 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution:
     workflow = snapshot_body(parent.snapshot_id)["workflows"][request.workflow_key]
     now = clock.now()
     child = Execution(
-        namespace_id=parent.namespace_id, name=name, version=int(version), snapshot_id=parent.snapshot_id,
-        workflow_key=request.workflow_key, input=request.input, variables=dict(workflow.get("variables") or {}),
-        correlation_id=parent.correlation_id, priority=parent.priority, parent_execution_id=parent.id,
-        parent_task_id=request.task_id, path_prefix=request.path_prefix, depth=parent.depth + 1,
-        deadline=parent.deadline, created_at=now, started_at=now,
+        namespace_id=parent.namespace_id,
+        name=name,
+        version=int(version),
+        snapshot_id=parent.snapshot_id,
+        workflow_key=request.workflow_key,
+        input=request.input,
+        variables=dict(workflow.get("variables") or {}),
+        correlation_id=parent.correlation_id,
+        priority=parent.priority,
+        parent_execution_id=parent.id,
+        parent_task_id=request.task_id,
+        path_prefix=request.path_prefix,
+        depth=parent.depth + 1,
+        deadline=parent.deadline,
+        created_at=now,
+        started_at=now,
     )
     decide_new(child)
     attempts.link_child(request.task_id, child_id=child.id)
@@ -378,14 +493,24 @@ def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
         return
     namespace = Namespace.objects.get(pk=execution.namespace_id)
     payload = {
-        "workflowId": str(execution.id), "executionId": str(execution.id), "workflowName": execution.name,
-        "status": ending.status, "reason": ending.reason, "failedTaskNames": list(ending.failed_tasks),
+        "workflowId": str(execution.id),
+        "executionId": str(execution.id),
+        "workflowName": execution.name,
+        "status": ending.status,
+        "reason": ending.reason,
+        "failedTaskNames": list(ending.failed_tasks),
         "input": execution.input,
     }
     try:
         with transaction.atomic():
-            start(namespace=namespace, name=name, input=payload, correlation_id=execution.correlation_id,
-                            idempotency_key=f"failure:{execution.id}:{execution.run}", hold=True)
+            start(
+                namespace=namespace,
+                name=name,
+                input=payload,
+                correlation_id=execution.correlation_id,
+                idempotency_key=f"failure:{execution.id}:{execution.run}",
+                hold=True,
+            )
     except NotFound:
         log.warning("failureWorkflow %s of execution %s does not exist", name, execution.id)
 
@@ -395,8 +520,9 @@ def end(execution: Execution, *, status: str, reason: str) -> None:
     workflow timeout): cancel its open tasks and its children, then follow up."""
     now = clock.now()
     runs.end(execution, status=status, reason=reason, now=now)
-    attempts.cancel_open(execution_id=execution.id, run=execution.run, reason=f"execution {status.lower()}: {reason}",
-                         now=now)
+    attempts.cancel_open(
+        execution_id=execution.id, run=execution.run, reason=f"execution {status.lower()}: {reason}", now=now
+    )
     children = Execution.objects.filter(parent_execution_id=execution.id, status__in=ACTIVE_EXECUTION)
     for child_id in children.values_list("id", flat=True):
         terminate(execution_id=child_id, reason=f"parent {status.lower()}", cascade_from_parent=True)
@@ -419,6 +545,7 @@ def terminate(*, execution_id: uuid.UUID, reason: str = "", cascade_from_parent:
 
 
 # --- applying -------------------------------------------------------------
+
 
 def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) -> None:
     """Apply several decisions with as few statements as the common case
@@ -494,21 +621,45 @@ def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime
         fields["variables"] = decision.variables
     if decision.ending is not None:
         ending = decision.ending
-        fields.update(status=ending.status, output=ending.output, reason_for_incompletion=ending.reason,
-                      failed_task_names=list(ending.failed_tasks), ended_at=now)
+        fields.update(
+            status=ending.status,
+            output=ending.output,
+            reason_for_incompletion=ending.reason,
+            failed_task_names=list(ending.failed_tasks),
+            ended_at=now,
+        )
     return fields
 
 
 def _task_of(execution: Execution, row: Row) -> Task:
     return Task(
-        id=row.id, execution_id=execution.id, namespace_id=execution.namespace_id, run=execution.run,
-        seq=row.seq, ref=row.ref, path=row.path, type=row.type, kind=row.kind,
-        task_def_name=row.task_def_name, queue=row.queue, status=row.status, optional=row.optional,
-        attempt=row.attempt, priority=execution.priority, policy=row.policy, input=row.input,
-        output=row.output, reason_for_incompletion=row.reason,
-        idempotency_key=idempotency_key(execution, row.path), lease_seconds=lease_seconds(row.policy),
-        scheduled_at=row.scheduled_at, available_at=row.available_at, first_scheduled_at=row.first_scheduled_at,
-        started_at=row.started_at, ended_at=row.ended_at, child_execution_id=row.child_execution_id,
+        id=row.id,
+        execution_id=execution.id,
+        namespace_id=execution.namespace_id,
+        run=execution.run,
+        seq=row.seq,
+        ref=row.ref,
+        path=row.path,
+        type=row.type,
+        kind=row.kind,
+        task_def_name=row.task_def_name,
+        queue=row.queue,
+        status=row.status,
+        optional=row.optional,
+        attempt=row.attempt,
+        priority=execution.priority,
+        policy=row.policy,
+        input=row.input,
+        output=row.output,
+        reason_for_incompletion=row.reason,
+        idempotency_key=idempotency_key(execution, row.path),
+        lease_seconds=lease_seconds(row.policy),
+        scheduled_at=row.scheduled_at,
+        available_at=row.available_at,
+        first_scheduled_at=row.first_scheduled_at,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        child_execution_id=row.child_execution_id,
     )
 
 

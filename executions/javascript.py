@@ -13,6 +13,7 @@ gets a fresh V8 context: a script can change its globals (``JSON.parse``,
 execution or namespace, would carry that change (and whatever it captured)
 into it. A fresh context costs a few milliseconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,12 @@ class Limits:
 def task_limits(settings: Any) -> Limits:
     """The limits of the scripts of INLINE and HTTP_POLL tasks, from Django's
     ``settings`` (passed in: this module reads no configuration)."""
-    return Limits(timeout_s=settings.NODE_FLOW_INLINE_TIMEOUT_SECONDS, max_memory=settings.NODE_FLOW_INLINE_MAX_MEMORY_MB * MiB,
-                  max_result_bytes=settings.NODE_FLOW_MAX_BODY_BYTES, max_depth=settings.NODE_FLOW_MAX_JSON_DEPTH)
+    return Limits(
+        timeout_s=settings.NODE_FLOW_INLINE_TIMEOUT_SECONDS,
+        max_memory=settings.NODE_FLOW_INLINE_MAX_MEMORY_MB * MiB,
+        max_result_bytes=settings.NODE_FLOW_MAX_BODY_BYTES,
+        max_depth=settings.NODE_FLOW_MAX_JSON_DEPTH,
+    )
 
 
 class ScriptError(Exception):
@@ -60,9 +65,9 @@ def evaluate(code: str, value: Any, limits: Limits = Limits()) -> Any:
     # The input and the code travel as JSON string literals: nothing the user
     # writes is spliced into the program text outside a string.
     program = LOCK_DOWN.replace("__LIMIT__", str(int(max_memory))) + (
-        "(function(){ const $ = JSON.parse(%s); const __r = eval(%s);"
+        f"(function(){{ const $ = JSON.parse({json.dumps(json.dumps(value))}); const __r = eval({json.dumps(code)});"
         " return __r === undefined ? null : JSON.stringify(__r); })()"
-    ) % (json.dumps(json.dumps(value)), json.dumps(code))
+    )
     racer = MiniRacer()
     try:
         result = racer.eval(program, timeout_sec=timeout_s, max_memory=max_memory)
@@ -88,8 +93,10 @@ def _parsed(result: str, limits: Limits) -> Any:
     limit = limits.max_result_bytes
     if len(result) > limit or len(result.encode("utf-8")) > limit:
         # The same bound as any task output (a worker's outputData is one body).
-        raise ScriptError(f"the script's result is larger than {limit} bytes (NODE_FLOW_MAX_BODY_BYTES, "
-                          "the limit of every task output)")
+        raise ScriptError(
+            f"the script's result is larger than {limit} bytes (NODE_FLOW_MAX_BODY_BYTES, "
+            "the limit of every task output)"
+        )
     try:
         value = json.loads(result)
     except RecursionError:
@@ -97,7 +104,9 @@ def _parsed(result: str, limits: Limits) -> Any:
     else:
         deep = nested_deeper_than(value, limits.max_depth)
     if deep:
-        raise ScriptError(f"the script's result is nested deeper than {limits.max_depth} levels (NODE_FLOW_MAX_JSON_DEPTH)")
+        raise ScriptError(
+            f"the script's result is nested deeper than {limits.max_depth} levels (NODE_FLOW_MAX_JSON_DEPTH)"
+        )
     if not is_storable(value):
         raise ScriptError("the script's result holds a string that is not text (an unpaired UTF-16 surrogate or a NUL)")
     return value

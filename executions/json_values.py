@@ -4,6 +4,7 @@ parses as infinity, which no JSON column and no JSON answer can hold).
 
 Pure: no settings. ``nodeflow.nesting`` holds the depth to NODE_FLOW_MAX_JSON_DEPTH.
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ attempt: each heartbeat moves it to ``now + heartbeatTimeout``, never past
 ``startedAt + startToCloseTimeout``. The statements that take and renew
 leases (``executions.attempts``) get their lengths from here.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -25,8 +26,7 @@ def lease_seconds(policy: dict) -> float:
     return min(seconds, start_to_close) if start_to_close > 0 else seconds
 
 
-def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime,
-                 cap_s: float = math.inf) -> dt.datetime:
+def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime, cap_s: float = math.inf) -> dt.datetime:
     """When a lease renewed ``now`` expires: ``cap_s`` at most (a system
     task's runner renews a short lease), never past startedAt + startToClose."""
     heartbeat = float(policy.get("heartbeatTimeout") or 0)

@@ -4,21 +4,20 @@ lock before changing it (parent before child, always). Starting and ending
 a run, which decisions do too, belong to the executor (executor.start,
 executor.end, executor.terminate); the rows are written by their owners
 (executions.runs, executions.attempts)."""
+
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import uuid
 
-
 from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
-from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
 from executions.decider.snapshot import FAILURE
-from nodeflow import clock
+from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
+from nodeflow import clock, transactions
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
-from nodeflow import transactions
 from quotas import admission, starts
 
 log = logging.getLogger(__name__)
@@ -39,15 +38,28 @@ def get_execution(*, namespace: Namespace, execution_id: uuid.UUID | str) -> Exe
 
 
 def start_execution(
-    *, namespace: Namespace, name: str, version: int | None = None, input: dict | None = None,
-    correlation_id: str | None = None, idempotency_key: str | None = None, priority: int = 0,
+    *,
+    namespace: Namespace,
+    name: str,
+    version: int | None = None,
+    input: dict | None = None,
+    correlation_id: str | None = None,
+    idempotency_key: str | None = None,
+    priority: int = 0,
 ) -> tuple[Execution, bool]:
     """Start an execution (executor.start): refused with a 429 by a namespace
     quota or maxConcurrentExecutions, queued by its admission key, or
     created with its first decision applied. Returns (execution, created);
     the same idempotency key gives the same one."""
-    return executor.start(namespace=namespace, name=name, version=version, input=input,
-                          correlation_id=correlation_id, idempotency_key=idempotency_key, priority=priority)
+    return executor.start(
+        namespace=namespace,
+        name=name,
+        version=version,
+        input=input,
+        correlation_id=correlation_id,
+        idempotency_key=idempotency_key,
+        priority=priority,
+    )
 
 
 def terminate_execution(*, execution_id: uuid.UUID, reason: str = "") -> Execution:
@@ -126,7 +138,8 @@ def _rearm_workflow_timeout(execution: Execution, *, now: dt.datetime) -> None:
     if execution.parent_execution_id is not None:
         deadline = (
             Execution.objects.filter(pk=execution.parent_execution_id, status__in=ACTIVE_EXECUTION)
-            .values_list("deadline", flat=True).first()
+            .values_list("deadline", flat=True)
+            .first()
         )
     runs.update(execution, {"evaluated_at": None, "deadline": deadline}, now=now)
 

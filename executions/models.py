@@ -1,6 +1,7 @@
 """Executions, their tasks (one row per attempt), the decide queue, timers and
 workflow messages. Committed rows are the whole truth: nothing that matters is
 kept only in a process's memory."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -63,7 +64,7 @@ class Execution(models.Model):
     idempotency_key = models.CharField(max_length=256, null=True, blank=True)
     priority = models.PositiveSmallIntegerField(default=0)
     parent_execution = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False,
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False
     )
     parent_task_id = models.UUIDField(null=True, blank=True)
     path_prefix = models.CharField(max_length=1000, blank=True, default="")
@@ -71,7 +72,9 @@ class Execution(models.Model):
     run = models.PositiveIntegerField(default=1, help_text="Incremented by restart; tasks of earlier runs are history.")
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
-    evaluated_at = models.DateTimeField(null=True, blank=True, help_text="First evaluation (arms the workflow timeout).")
+    evaluated_at = models.DateTimeField(
+        null=True, blank=True, help_text="First evaluation (arms the workflow timeout)."
+    )
     ended_at = models.DateTimeField(null=True, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -89,13 +92,18 @@ class Execution(models.Model):
             models.Index(fields=["namespace", "status", "-created_at"], name="execution_ns_status"),
             models.Index(fields=["namespace", "name", "-created_at"], name="execution_ns_name"),
             models.Index(
-                fields=["namespace", "correlation_id"], condition=Q(correlation_id__isnull=False),
+                fields=["namespace", "correlation_id"],
+                condition=Q(correlation_id__isnull=False),
                 name="execution_ns_correlation",
             ),
-            models.Index(fields=["parent_execution"], condition=Q(parent_execution__isnull=False), name="execution_parent"),
+            models.Index(
+                fields=["parent_execution"], condition=Q(parent_execution__isnull=False), name="execution_parent"
+            ),
             # maxConcurrentExecutions counts the active runs of one definition.
             models.Index(
-                fields=["namespace", "name"], condition=Q(status__in=["RUNNING", "PAUSED"]), name="execution_active_name"
+                fields=["namespace", "name"],
+                condition=Q(status__in=["RUNNING", "PAUSED"]),
+                name="execution_active_name",
             ),
         ]
 
@@ -142,11 +150,15 @@ class Task(models.Model):
     available_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
-    first_scheduled_at = models.DateTimeField(help_text="When attempt 1 was scheduled: the total budget counts from here.")
+    first_scheduled_at = models.DateTimeField(
+        help_text="When attempt 1 was scheduled: the total budget counts from here."
+    )
     worker_id = models.CharField(max_length=256, blank=True, default="")
     lease_token = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    lease_seconds = models.FloatField(default=300.0, help_text="Length of a lease, from the policy (dispatch.lease_seconds).")
+    lease_seconds = models.FloatField(
+        default=300.0, help_text="Length of a lease, from the policy (dispatch.lease_seconds)."
+    )
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     deliveries = models.PositiveIntegerField(default=0)
     child_execution_id = models.UUIDField(null=True, blank=True)
@@ -170,11 +182,11 @@ class Task(models.Model):
             # In-flight tasks of one task definition: concurrentExecLimit counts
             # them at dequeue, worker and system tasks alike (a SIMPLE task's
             # queue is its definition's name; a system task's is "@TYPE").
-            models.Index(fields=["namespace", "task_def_name"], condition=Q(status="IN_PROGRESS"), name="task_in_flight"),
-            # Expired leases, for the sweeper.
             models.Index(
-                fields=["lease_expires_at"], condition=Q(status="IN_PROGRESS"), name="task_lease_expiry"
+                fields=["namespace", "task_def_name"], condition=Q(status="IN_PROGRESS"), name="task_in_flight"
             ),
+            # Expired leases, for the sweeper.
+            models.Index(fields=["lease_expires_at"], condition=Q(status="IN_PROGRESS"), name="task_lease_expiry"),
             models.Index(fields=["execution", "run", "seq"], name="task_execution"),
             models.Index(
                 fields=["namespace", "type", "task_def_name"],
@@ -243,9 +255,7 @@ class BreakerState(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["process", "namespace", "key"], name="breaker_state_unique"),
-        ]
+        constraints = [models.UniqueConstraint(fields=["process", "namespace", "key"], name="breaker_state_unique")]
         indexes = [models.Index(fields=["namespace", "updated_at"], name="breaker_state_ns_updated")]
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ ready" (``SYSTEM_KEY``) and "a slot or permits that system tasks wait for
 were freed" (``system_freed``), which also names what was freed, for the
 hooks that act on it (which gates to try first; Celery messages).
 """
+
 from __future__ import annotations
 
 import json
@@ -110,11 +111,11 @@ def _deliver(key: str) -> None:
     """Wake the waiters of ``key``; a freed notice runs the freed hooks and
     wakes the system-task role."""
     if key.startswith(FREED_PREFIX):
-        namespace_id, name, semaphores = json.loads(key[len(FREED_PREFIX):])
+        namespace_id, name, semaphores = json.loads(key[len(FREED_PREFIX) :])
         for hook in list(_freed_hooks):
             try:
                 hook(namespace_id, name, tuple(semaphores))
-            except Exception:  # noqa: BLE001 - a wake-up is a hint; the next re-check finds the work
+            except Exception:
                 log.warning("a system_freed hook failed", exc_info=True)
         key = SYSTEM_KEY
     hub.wake(key)
@@ -179,6 +180,7 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
 
 # --- the PostgreSQL listener ----------------------------------------------
 
+
 class _Listener(threading.Thread):
     """One LISTEN connection per channel per process, relaying notifications
     to the hub."""
@@ -196,7 +198,7 @@ class _Listener(threading.Thread):
         while not self.stopping.is_set():
             try:
                 self._listen()
-            except Exception:  # noqa: BLE001 - e.g. the database restarted: reconnect
+            except Exception:
                 if self.stopping.is_set():
                     return
                 log.warning("notification listener lost its connection; reconnecting", exc_info=True)

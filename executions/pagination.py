@@ -1,5 +1,6 @@
 """Keyset pagination for execution lists: newest first, stable under inserts.
 The cursor is opaque to clients (base64 of the last row's time and id)."""
+
 from __future__ import annotations
 
 import base64

@@ -31,6 +31,7 @@ delete runs; a run killed between the two leaves an archive file whose
 executions are still in the database and will be archived again by the next
 run, so readers should de-duplicate by execution id.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -41,8 +42,8 @@ import os
 import pathlib
 import uuid
 from collections import defaultdict
-from contextlib import nullcontext
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -50,9 +51,8 @@ from django.db import models
 
 from executions import attempts, runs
 from executions.models import DecideRequest, Execution, ExecutionStatus, Message, Task, Timer
-from nodeflow import clock
+from nodeflow import clock, transactions
 from nodeflow.models import Namespace
-from nodeflow import transactions
 from quotas.models import Admission, SemaphoreHolder
 
 FINISHED = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT, ExecutionStatus.TERMINATED)
@@ -122,8 +122,13 @@ class _Tree:
 
 
 def _run_batch(
-    older_than: dt.datetime, namespace: str | None, size: int, cursor: uuid.UUID | None, dry_run: bool,
-    archive_dir: pathlib.Path | None, name: str,
+    older_than: dt.datetime,
+    namespace: str | None,
+    size: int,
+    cursor: uuid.UUID | None,
+    dry_run: bool,
+    archive_dir: pathlib.Path | None,
+    name: str,
 ) -> _Batch:
     lock = not dry_run
     with transactions.outermost() if lock else nullcontext():
@@ -141,8 +146,9 @@ def _run_batch(
         return _Batch(last_root=roots[-1], purged=len(ids))
 
 
-def _roots(older_than: dt.datetime, namespace: str | None, size: int, cursor: uuid.UUID | None, *, lock: bool
-           ) -> list[uuid.UUID]:
+def _roots(
+    older_than: dt.datetime, namespace: str | None, size: int, cursor: uuid.UUID | None, *, lock: bool
+) -> list[uuid.UUID]:
     rows = _finished(older_than, namespace).filter(parent_execution__isnull=True)
     if cursor is not None:
         rows = rows.filter(pk__gt=cursor)
@@ -163,11 +169,15 @@ def _trees(roots: list[uuid.UUID], older_than: dt.datetime, *, lock: bool) -> di
     owner = {root: root for root in roots}
     frontier = list(roots)
     while frontier:
-        children = list(Execution.objects.filter(parent_execution_id__in=frontier)
-                        .values_list("pk", "parent_execution_id"))
+        children = list(
+            Execution.objects.filter(parent_execution_id__in=frontier).values_list("pk", "parent_execution_id")
+        )
         held = _lock(Execution.objects.filter(pk__in=[pk for pk, _ in children]), lock)
-        finished = set(Execution.objects.filter(pk__in=[pk for pk, _ in children], status__in=FINISHED,
-                                                ended_at__lt=older_than).values_list("pk", flat=True))
+        finished = set(
+            Execution.objects.filter(
+                pk__in=[pk for pk, _ in children], status__in=FINISHED, ended_at__lt=older_than
+            ).values_list("pk", flat=True)
+        )
         frontier = []
         for pk, parent in children:
             root = owner[parent]
@@ -211,6 +221,7 @@ def delete_executions(ids: list[uuid.UUID]) -> None:
 
 
 # --- the archive --------------------------------------------------------------
+
 
 def write_archive(path: pathlib.Path, ids: list[uuid.UUID]) -> None:
     """Write the executions ``ids`` with their tasks and messages as gzipped

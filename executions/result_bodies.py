@@ -8,6 +8,7 @@ a body ``plain_result`` returns what ``ResultSerializer`` (or
 serializer decides, so every refusal is still DRF's own 400.
 tests/test_result_bodies.py checks the two agree on generated bodies.
 """
+
 from __future__ import annotations
 
 import math

@@ -7,6 +7,7 @@ nothing changes. A batch locks its executions in id order first (no
 deadlocks between batches), applies each result on its own terms, and
 decides each touched execution once.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,11 +17,9 @@ from typing import Any
 
 from executions import attempts, executor, runs, sql
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
-from nodeflow import clock
+from nodeflow import clock, transactions
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
-from nodeflow import transactions
-
 
 
 @dataclass
@@ -40,8 +39,11 @@ def _stale(task: Task, lease_token: str | None = None) -> Conflict:
     if task.status != TaskStatus.IN_PROGRESS:
         return Conflict(f"the task is {task.status}; this lease is no longer valid", taskStatus=task.status)
     if lease_token is not None and task.lease_token == lease_token and task.lease_expires_at is not None:
-        return Conflict(f"this lease expired at {task.lease_expires_at.isoformat().replace('+00:00', 'Z')}; "
-                        "the task will be timed out or offered again", taskStatus=task.status)
+        return Conflict(
+            f"this lease expired at {task.lease_expires_at.isoformat().replace('+00:00', 'Z')}; "
+            "the task will be timed out or offered again",
+            taskStatus=task.status,
+        )
     return Conflict("this lease is no longer valid (it expired and the task was re-delivered)", taskStatus=task.status)
 
 
@@ -57,8 +59,16 @@ def _check(task: Task, result: Result, *, human: bool, now: dt.datetime) -> None
 
 
 def _values(task: Task, result: Result, now: dt.datetime, *, paused: bool) -> dict[str, Any]:
-    return attempts.result_values(task, status=result.status, output=result.output, reason=result.reason,
-                                  callback_after_s=result.callback_after_s, logs=result.logs, now=now, paused=paused)
+    return attempts.result_values(
+        task,
+        status=result.status,
+        output=result.output,
+        reason=result.reason,
+        callback_after_s=result.callback_after_s,
+        logs=result.logs,
+        now=now,
+        paused=paused,
+    )
 
 
 def _ends(result: Result) -> bool:
@@ -95,8 +105,9 @@ def _decides(result: Result, execution: Execution) -> bool:
 
 
 def _read_task(task_id: uuid.UUID) -> Task | None:
-    found = sql.rows(Task, f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE id = %s",
-                     [sql.prep(Task, "id", task_id)])
+    found = sql.rows(
+        Task, f"SELECT {sql.columns(Task)} FROM {sql.table(Task)} WHERE id = %s", [sql.prep(Task, "id", task_id)]
+    )
     return found[0] if found else None
 
 
@@ -108,7 +119,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
     answers: list[dict] = []
     with transactions.outermost():
         locked = runs.lock_of_tasks(
-            [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS,
+            [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS
         )
         # Read under the locks. When any result may be decided, the runs of
         # the executions that can be are read whole, once: the decider gets
@@ -116,7 +127,7 @@ def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]
         run_rows: dict = {}
         if any(r.status != TaskStatus.IN_PROGRESS for r in results):
             run_rows = executor.read_runs(
-                [e for e in locked.values() if executor.decidable(e)], fields=executor.DECIDING_TASK_FIELDS,
+                [e for e in locked.values() if executor.decidable(e)], fields=executor.DECIDING_TASK_FIELDS
             )
         tasks = {t.id: t for run in run_rows.values() for t in run}
         tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))

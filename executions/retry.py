@@ -4,6 +4,7 @@
 attempt gets another, and if not, why not. Neither reads a clock or a
 database: the caller passes the random draw and the budget counters.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -13,6 +13,7 @@ count. A test fails when any other module writes these tables
 Lock order, everywhere: an execution before its tasks, a parent before its
 children; batches lock in id order.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -32,7 +33,8 @@ from executions.models import ACTIVE_EXECUTION, DecideRequest, Execution, Execut
 def lock(execution_id: uuid.UUID) -> Execution | None:
     """The execution, row-locked until the transaction ends (None: no such row)."""
     found = sql.rows(
-        Execution, f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id = %s{sql.for_update()}",
+        Execution,
+        f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE id = %s{sql.for_update()}",
         [sql.prep(Execution, "id", execution_id)],
     )
     return found[0] if found else None
@@ -51,7 +53,7 @@ def lock_of_task(task_id: uuid.UUID, *, namespace_id: int) -> Execution | None:
 
 
 def lock_of_tasks(
-    task_ids: list[uuid.UUID], *, namespace_id: int, fields: tuple[str, ...] | None = None,
+    task_ids: list[uuid.UUID], *, namespace_id: int, fields: tuple[str, ...] | None = None
 ) -> dict[uuid.UUID, Execution]:
     """Lock, in id order (no deadlocks between batches), the executions the
     namespace's tasks ``task_ids`` belong to (reading ``fields`` of them)."""
@@ -67,6 +69,7 @@ def lock_of_tasks(
 
 
 # --- insert and set ----------------------------------------------------------------
+
 
 def insert(execution: Execution) -> None:
     """Insert a new execution. With an idempotency key, in a savepoint: a
@@ -95,8 +98,9 @@ def end(execution: Execution, *, status: str, reason: str, now: dt.datetime) -> 
     """End a locked, active execution from outside the decider (terminate,
     the workflow timeout)."""
     values = {"status": status, "reason_for_incompletion": reason, "ended_at": now}
-    ended = sql.update(Execution, values={**values, "updated_at": now},
-                       where={"id": execution.id, "status": list(ACTIVE_EXECUTION)})
+    ended = sql.update(
+        Execution, values={**values, "updated_at": now}, where={"id": execution.id, "status": list(ACTIVE_EXECUTION)}
+    )
     if ended:
         for name, value in values.items():
             setattr(execution, name, value)
@@ -105,8 +109,9 @@ def end(execution: Execution, *, status: str, reason: str, now: dt.datetime) -> 
 
 def set_status(execution: Execution, *, status: str, was: str, now: dt.datetime) -> bool:
     """Pause (RUNNING → PAUSED) or resume (PAUSED → RUNNING)."""
-    changed = sql.update(Execution, values={"status": status, "updated_at": now},
-                         where={"id": execution.id, "status": was})
+    changed = sql.update(
+        Execution, values={"status": status, "updated_at": now}, where={"id": execution.id, "status": was}
+    )
     if changed:
         execution.status = status
     return bool(changed)
@@ -115,17 +120,31 @@ def set_status(execution: Execution, *, status: str, was: str, now: dt.datetime)
 def reopen(execution: Execution, *, now: dt.datetime, **values: Any) -> None:
     """Make an ended, locked execution RUNNING again (retry, restart), its
     outcome cleared; ``values`` are set with it (a restart's new run)."""
-    update(execution, {"status": ExecutionStatus.RUNNING, "ended_at": None, "reason_for_incompletion": "",
-                       "output": {}, "failed_task_names": [], **values}, now=now)
+    update(
+        execution,
+        {
+            "status": ExecutionStatus.RUNNING,
+            "ended_at": None,
+            "reason_for_incompletion": "",
+            "output": {},
+            "failed_task_names": [],
+            **values,
+        },
+        now=now,
+    )
 
 
 def admit(execution_id: uuid.UUID) -> bool:
     """An execution awaiting admission is admitted (its first decision follows)."""
-    return bool(sql.update(Execution, values={"awaiting_admission": False},
-                           where={"id": execution_id, "awaiting_admission": True}))
+    return bool(
+        sql.update(
+            Execution, values={"awaiting_admission": False}, where={"id": execution_id, "awaiting_admission": True}
+        )
+    )
 
 
 # --- timers --------------------------------------------------------------------------
+
 
 def arm(execution_id: uuid.UUID, timers: Iterable) -> None:
     """Arm the timers of a decision (``executions.decider.decision.TimerSpec``: kind, task, due)."""
@@ -189,7 +208,9 @@ def request_decision(execution_id: uuid.UUID, *, now: dt.datetime, here: bool = 
     pay a transaction for each one.)"""
     DecideRequest.objects.bulk_create(
         [DecideRequest(execution_id=execution_id, due_at=now)],
-        update_conflicts=True, unique_fields=["execution"], update_fields=["due_at"],
+        update_conflicts=True,
+        unique_fields=["execution"],
+        update_fields=["due_at"],
     )
     if here:
         for decide in _decide_after_commit:
@@ -212,6 +233,7 @@ def postpone_decide_request(execution_id: uuid.UUID, *, due_at: dt.datetime) -> 
 
 
 # --- purge ------------------------------------------------------------------------------
+
 
 def purge(*, execution_ids: list[uuid.UUID]) -> int:
     """Delete these (finished) executions, their timers and decide requests;

@@ -1,4 +1,5 @@
 """Request and response shapes for executions and the worker API (SPEC §6–§7)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -96,7 +97,10 @@ class HeartbeatSerializer(StrictSerializer):
 
 
 RESULT_STATUSES = (
-    TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.FAILED_WITH_TERMINAL_ERROR, TaskStatus.IN_PROGRESS,
+    TaskStatus.COMPLETED,
+    TaskStatus.FAILED,
+    TaskStatus.FAILED_WITH_TERMINAL_ERROR,
+    TaskStatus.IN_PROGRESS,
 )
 
 

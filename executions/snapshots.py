@@ -4,6 +4,7 @@ A snapshot never changes once baked, so each process keeps the bodies it
 has read (``snapshot_body``); starting from the published version costs one
 fixed statement for the snapshot's id.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,9 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
         # the body comes from the process's cache (snapshots never change).
         found = _published_snapshot(namespace.id, name)
         if found is not None:
-            return WorkflowSnapshot(id=found[0], namespace=namespace, name=name, version=found[1],
-                                    body=snapshot_body(found[0]))
+            return WorkflowSnapshot(
+                id=found[0], namespace=namespace, name=name, version=found[1], body=snapshot_body(found[0])
+            )
     row = workflows.get_version(namespace=namespace, name=name, version=version)
     if row.snapshot_id is not None:
         return row.snapshot

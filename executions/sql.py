@@ -12,6 +12,7 @@ and one-of conditions are built here; anything richer is written out by the
 caller. How the statements are sent (server-side binding, prepared) and why:
 docs/engine.md, "The hot path and what it costs".
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -177,7 +178,9 @@ def _json_from_db(value, expression, connection):
 
 
 @functools.cache
-def _converters(model: type[models.Model], vendor: str, names: tuple[str, ...] | None = None) -> list[tuple[int, list, Any]]:
+def _converters(
+    model: type[models.Model], vendor: str, names: tuple[str, ...] | None = None
+) -> list[tuple[int, list, Any]]:
     del vendor  # part of the cache key: converters differ by backend
     found = []
     for index, field in enumerate(_fields(model, names)):
@@ -195,7 +198,9 @@ def _attnames(model: type[models.Model], names: tuple[str, ...] | None = None) -
     return tuple(field.attname for field in _fields(model, names))
 
 
-def to_model(model: type[M], values: Sequence[Any], fields: tuple[str, ...] | None = None, db=None) -> M:
+def to_model[M: models.Model](
+    model: type[M], values: Sequence[Any], fields: tuple[str, ...] | None = None, db=None
+) -> M:
     """One row, read as ``columns(model, fields=fields)`` lists them, as a
     model instance. Built the way ``Model.from_db`` leaves one (the fields
     read set, not adding, this database), without ``__init__``'s per-field
@@ -208,15 +213,15 @@ def to_model(model: type[M], values: Sequence[Any], fields: tuple[str, ...] | No
         for convert in converters:
             values[index] = convert(values[index], col, db)
     instance = model.__new__(model)
-    instance.__dict__.update(zip(_attnames(model, fields), values))
+    instance.__dict__.update(zip(_attnames(model, fields), values, strict=False))
     instance._state = ModelState()
     instance._state.adding = False
     instance._state.db = db.alias
     return instance
 
 
-def rows(
-    model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0, fields: tuple[str, ...] | None = None,
+def rows[M: models.Model](
+    model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0, fields: tuple[str, ...] | None = None
 ) -> list[M] | list[tuple[M | None, tuple]]:
     """Run ``sql`` whose select list starts with ``columns(model, fields=fields)``.
     With ``extra``, that many further columns follow, and each row comes
@@ -229,7 +234,10 @@ def rows(
     db = _db()
     if not extra:
         return [to_model(model, row, fields, db) for row in fetched]
-    return [(to_model(model, row[:width], fields, db) if row[0] is not None else None, tuple(row[width:])) for row in fetched]
+    return [
+        (to_model(model, row[:width], fields, db) if row[0] is not None else None, tuple(row[width:]))
+        for row in fetched
+    ]
 
 
 def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list]:
@@ -282,9 +290,11 @@ def insert(objs: Iterable[models.Model]) -> None:
     size = max(1, db.ops.bulk_batch_size(fields, objs))  # SQLite caps the parameters of a statement
     with cursor() as bound:
         for start in range(0, len(objs), size):
-            chunk = objs[start:start + size]
+            chunk = objs[start : start + size]
             params = [field.get_db_prep_save(field.pre_save(obj, add=True), db) for obj in chunk for field in fields]
-            bound.execute(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params)
+            bound.execute(
+                f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params
+            )
     for obj in objs:
         obj._state.adding = False
         obj._state.db = db.alias

@@ -6,16 +6,25 @@ many sweepers run; a sweeper killed mid-way leaves it committed and due. Each
 handler re-checks that what it is about still holds (the task is still open,
 the deadline has not moved) and otherwise does nothing.
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import random
 
-
 from executions import attempts, executor, runs
 from executions.decider import deadline_reason
-from executions.models import ACTIVE_EXECUTION, OPEN_TASK, Execution, ExecutionStatus, Task, TaskStatus, Timer, TimerKind
+from executions.models import (
+    ACTIVE_EXECUTION,
+    OPEN_TASK,
+    Execution,
+    ExecutionStatus,
+    Task,
+    TaskStatus,
+    Timer,
+    TimerKind,
+)
 from nodeflow import claims, clock, metrics, transactions
 
 log = logging.getLogger(__name__)
@@ -30,7 +39,8 @@ def fire_next_timer() -> bool:
     leaves its timer due again FAILED_TIMER_BACKOFF_S later (``nodeflow.claims``)."""
     now = clock.now()
     return claims.claim_one(
-        claim=lambda: runs.claim_due_timer(now), work=lambda timer: _fire(timer, now),
+        claim=lambda: runs.claim_due_timer(now),
+        work=lambda timer: _fire(timer, now),
         back_off=lambda timer, _: runs.postpone_timer(timer, due_at=now + dt.timedelta(seconds=FAILED_TIMER_BACKOFF_S)),
         what=lambda timer: f"timer {timer.id} ({timer.kind}) of {timer.execution_id}",
     )
@@ -68,7 +78,9 @@ def _workflow_timeout(execution: Execution, timer: Timer, now: dt.datetime) -> N
     workflow = executor.workflow_of(execution)
     if workflow.get("timeoutPolicy") == "ALERT_ONLY" and _armed_by_this_run(execution, workflow, timer):
         metrics.record_timeout("workflow", "ALERT_ONLY")
-        log.warning("ALERT_ONLY: execution %s passed its timeoutSeconds (%s s)", execution.id, workflow.get("timeoutSeconds"))
+        log.warning(
+            "ALERT_ONLY: execution %s passed its timeoutSeconds (%s s)", execution.id, workflow.get("timeoutSeconds")
+        )
 
 
 def _armed_by_this_run(execution: Execution, workflow: dict, timer: Timer) -> bool:
@@ -90,11 +102,20 @@ def _schedule_to_start(execution: Execution, timer: Timer, now: dt.datetime) -> 
     if task.held:
         # Paused: no worker could take it. Count again from now instead of
         # timing out a task the operator held back.
-        runs.arm_one(kind=TimerKind.SCHEDULE_TO_START, execution_id=execution.id, task_id=task.id,
-                     due_at=now + dt.timedelta(seconds=seconds))
+        runs.arm_one(
+            kind=TimerKind.SCHEDULE_TO_START,
+            execution_id=execution.id,
+            task_id=task.id,
+            due_at=now + dt.timedelta(seconds=seconds),
+        )
         return
-    _timed_out(execution, task, f"scheduleToStartTimeout ({seconds:g} s): no worker picked the task up", now,
-               timeout="scheduleToStart")
+    _timed_out(
+        execution,
+        task,
+        f"scheduleToStartTimeout ({seconds:g} s): no worker picked the task up",
+        now,
+        timeout="scheduleToStart",
+    )
 
 
 def _task_total(execution: Execution, timer: Timer, now: dt.datetime) -> None:
@@ -105,7 +126,9 @@ def _task_total(execution: Execution, timer: Timer, now: dt.datetime) -> None:
     # A manual retry starts a new budget with a timer of its own.
     if latest is not None and latest.status in OPEN_TASK and latest.first_scheduled_at == first.first_scheduled_at:
         seconds = float(latest.policy.get("timeoutSeconds") or 0)
-        _timed_out(execution, latest, f"timeoutSeconds ({seconds:g} s) over all attempts exceeded", now, timeout="total")
+        _timed_out(
+            execution, latest, f"timeoutSeconds ({seconds:g} s) over all attempts exceeded", now, timeout="total"
+        )
 
 
 def _wait(execution: Execution, timer: Timer, now: dt.datetime) -> None:
@@ -129,6 +152,7 @@ HANDLERS = {
 
 
 # --- lease expiry -----------------------------------------------------------
+
 
 def expire_next_lease() -> bool:
     """Handle one expired lease; False when none has expired."""

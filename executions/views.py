@@ -1,4 +1,5 @@
 """Execution routes (SPEC §6). Thin: parse, authorise, call a service, render."""
+
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
@@ -9,34 +10,40 @@ from rest_framework.response import Response
 from executions import executor, lifecycle, waiting
 from executions.models import Execution
 from executions.pagination import paginate
-from executions.serializers import (
-    ListExecutionsSerializer,
-    ReasonSerializer,
-    StartExecutionSerializer,
-    execution_view,
-)
+from executions.serializers import ListExecutionsSerializer, ReasonSerializer, StartExecutionSerializer, execution_view
+from nodeflow import transactions
 from nodeflow.auth import Scope
 from nodeflow.errors import Conflict
 from nodeflow.views import NamespacedView
-from nodeflow import transactions
 
 EXECUTION = inline_serializer(
     "Execution",
     fields={
-        "id": serializers.UUIDField(), "name": serializers.CharField(), "version": serializers.IntegerField(),
-        "status": serializers.CharField(), "awaitingAdmission": serializers.BooleanField(),
-        "input": serializers.DictField(), "output": serializers.DictField(), "variables": serializers.DictField(),
+        "id": serializers.UUIDField(),
+        "name": serializers.CharField(),
+        "version": serializers.IntegerField(),
+        "status": serializers.CharField(),
+        "awaitingAdmission": serializers.BooleanField(),
+        "input": serializers.DictField(),
+        "output": serializers.DictField(),
+        "variables": serializers.DictField(),
         "reasonForIncompletion": serializers.CharField(allow_null=True),
-        "correlationId": serializers.CharField(allow_null=True), "parentExecutionId": serializers.UUIDField(allow_null=True),
-        "depth": serializers.IntegerField(), "createdAt": serializers.DateTimeField(),
-        "startedAt": serializers.DateTimeField(allow_null=True), "endedAt": serializers.DateTimeField(allow_null=True),
+        "correlationId": serializers.CharField(allow_null=True),
+        "parentExecutionId": serializers.UUIDField(allow_null=True),
+        "depth": serializers.IntegerField(),
+        "createdAt": serializers.DateTimeField(),
+        "startedAt": serializers.DateTimeField(allow_null=True),
+        "endedAt": serializers.DateTimeField(allow_null=True),
         "deadline": serializers.DateTimeField(allow_null=True),
         "tasks": serializers.ListField(child=serializers.DictField(), required=False),
     },
 )
 EXECUTION_PAGE = inline_serializer(
     "ExecutionPage",
-    fields={"results": serializers.ListField(child=serializers.DictField()), "next": serializers.CharField(allow_null=True)},
+    fields={
+        "results": serializers.ListField(child=serializers.DictField()),
+        "next": serializers.CharField(allow_null=True),
+    },
 )
 
 
@@ -48,7 +55,8 @@ class ExecutionListView(NamespacedView):
     scopes = {"GET": Scope.EXECUTIONS_READ, "POST": Scope.EXECUTIONS_WRITE}
 
     @extend_schema(
-        operation_id="list_executions", summary="List executions, newest first",
+        operation_id="list_executions",
+        summary="List executions, newest first",
         parameters=[ListExecutionsSerializer],
         responses=EXECUTION_PAGE,
     )
@@ -66,7 +74,8 @@ class ExecutionListView(NamespacedView):
     @extend_schema(
         summary="Start an execution",
         description="201 with the execution; the same idempotencyKey returns the existing one with 200.",
-        request=StartExecutionSerializer, responses={200: EXECUTION, 201: EXECUTION},
+        request=StartExecutionSerializer,
+        responses={200: EXECUTION, 201: EXECUTION},
     )
     def post(self, request, ns):
         body = StartExecutionSerializer(data=request.data)
@@ -78,8 +87,12 @@ class ExecutionListView(NamespacedView):
         # that makes the first tasks visible follows their insert closely.
         with transactions.outermost():
             execution, created = lifecycle.start_execution(
-                namespace=self.namespace, name=data["name"], version=data.get("version"), input=data["input"],
-                correlation_id=data.get("correlationId"), idempotency_key=data.get("idempotencyKey"),
+                namespace=self.namespace,
+                name=data["name"],
+                version=data.get("version"),
+                input=data["input"],
+                correlation_id=data.get("correlationId"),
+                idempotency_key=data.get("idempotencyKey"),
                 priority=data["priority"],
             )
             body = full_view(execution)
@@ -109,7 +122,9 @@ class _ActionView(NamespacedView):
         return Response(full_view(execution))
 
 
-@extend_schema(summary="Terminate: cancel open tasks, cascade to children", request=ReasonSerializer, responses=EXECUTION)
+@extend_schema(
+    summary="Terminate: cancel open tasks, cascade to children", request=ReasonSerializer, responses=EXECUTION
+)
 class TerminateView(_ActionView):
     def act(self, execution, body):
         reason = ReasonSerializer(data=body)

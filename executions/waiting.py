@@ -4,19 +4,17 @@ and messages posted to an execution (PULL_WORKFLOW_MESSAGES).
 HUMAN tasks complete through the result route without a lease (see
 ``executions.results``); WAIT through its timer.
 """
+
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-
 from executions import attempts, executor, runs
 from executions.models import ExecutionStatus, Message, Task, TaskStatus
 from metadata.expressions import ExpressionError, parse_path
-from nodeflow import clock
+from nodeflow import clock, transactions
 from nodeflow.models import Namespace
-from nodeflow import transactions
-
 
 _ABSENT = object()
 

@@ -1,5 +1,6 @@
 """Worker routes (SPEC §7): poll, heartbeat, result, batched results; and the
 inbound webhook that completes WAIT_FOR_WEBHOOK tasks."""
+
 from __future__ import annotations
 
 import threading
@@ -30,20 +31,33 @@ LEASED_TASK = inline_serializer(
     "LeasedTask",
     many=True,
     fields={
-        "taskId": serializers.UUIDField(), "executionId": serializers.UUIDField(), "taskType": serializers.CharField(),
-        "referenceTaskName": serializers.CharField(), "path": serializers.CharField(),
-        "inputData": serializers.DictField(), "attempt": serializers.IntegerField(),
-        "idempotencyKey": serializers.CharField(), "leaseToken": serializers.CharField(),
+        "taskId": serializers.UUIDField(),
+        "executionId": serializers.UUIDField(),
+        "taskType": serializers.CharField(),
+        "referenceTaskName": serializers.CharField(),
+        "path": serializers.CharField(),
+        "inputData": serializers.DictField(),
+        "attempt": serializers.IntegerField(),
+        "idempotencyKey": serializers.CharField(),
+        "leaseToken": serializers.CharField(),
         "leaseExpiresAt": serializers.DateTimeField(),
     },
 )
 TASK = inline_serializer("Task", fields={"taskId": serializers.UUIDField(), "status": serializers.CharField()})
 BATCH_ANSWER = inline_serializer(
     "BatchResultAnswers",
-    fields={"results": serializers.ListField(child=inline_serializer(
-        "BatchResultAnswer",
-        fields={"taskId": serializers.UUIDField(), "status": serializers.IntegerField(), "error": serializers.CharField(required=False)},
-    ))},
+    fields={
+        "results": serializers.ListField(
+            child=inline_serializer(
+                "BatchResultAnswer",
+                fields={
+                    "taskId": serializers.UUIDField(),
+                    "status": serializers.IntegerField(),
+                    "error": serializers.CharField(required=False),
+                },
+            )
+        )
+    },
 )
 
 
@@ -93,8 +107,12 @@ class JSONOnlyNegotiation(DefaultContentNegotiation):
     PLAIN = frozenset({"", "*/*", "application/json"})
 
     def select_renderer(self, request, renderers, format_suffix=None):
-        if (len(renderers) == 1 and format_suffix is None and self.settings.URL_FORMAT_OVERRIDE not in request.query_params
-                and request.META.get("HTTP_ACCEPT", "").strip() in self.PLAIN):
+        if (
+            len(renderers) == 1
+            and format_suffix is None
+            and self.settings.URL_FORMAT_OVERRIDE not in request.query_params
+            and request.META.get("HTTP_ACCEPT", "").strip() in self.PLAIN
+        ):
             return renderers[0], renderers[0].media_type
         return super().select_renderer(request, renderers, format_suffix)
 
@@ -117,14 +135,18 @@ class PollView(WorkerView):
 
     @extend_schema(
         summary="Lease up to count ready tasks of a queue (long-polls up to waitSeconds)",
-        request=PollSerializer, responses=LEASED_TASK,
+        request=PollSerializer,
+        responses=LEASED_TASK,
     )
     def post(self, request, ns, task_type):
         if not is_name(task_type):
             raise InvalidField("taskType", "not a task type name")
         data = _validated(PollSerializer, request.data)
         leased = dispatch.poll(
-            namespace=self.namespace, queue=task_type, worker_id=data["workerId"], count=data["count"],
+            namespace=self.namespace,
+            queue=task_type,
+            worker_id=data["workerId"],
+            count=data["count"],
             wait_s=data["waitSeconds"],
         )
         return Response([leased_view(task) for task in leased])
@@ -133,21 +155,32 @@ class PollView(WorkerView):
 class HeartbeatView(WorkerView):
     scopes = {"POST": Scope.TASKS_WORK}
 
-    @extend_schema(summary="Extend a lease (409 when it is no longer yours)", request=HeartbeatSerializer, responses=TASK)
+    @extend_schema(
+        summary="Extend a lease (409 when it is no longer yours)", request=HeartbeatSerializer, responses=TASK
+    )
     def post(self, request, ns, task_id):
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         task = results.heartbeat(
-            namespace=self.namespace, task_id=_task_uuid(task_id), lease_token=body.validated_data["leaseToken"],
+            namespace=self.namespace,
+            task_id=_task_uuid(task_id),
+            lease_token=body.validated_data["leaseToken"],
             progress=body.validated_data.get("progress"),
         )
-        return Response({"taskId": str(task.id), "status": task.status, "leaseExpiresAt": task_view(task)["leaseExpiresAt"]})
+        return Response(
+            {"taskId": str(task.id), "status": task.status, "leaseExpiresAt": task_view(task)["leaseExpiresAt"]}
+        )
 
 
 def _result(task_id, data: dict) -> results.Result:
     return results.Result(
-        task_id=task_id, status=data["status"], lease_token=data.get("leaseToken"), output=data["outputData"],
-        reason=data["reasonForIncompletion"], callback_after_s=data["callbackAfterSeconds"], logs=data["logs"],
+        task_id=task_id,
+        status=data["status"],
+        lease_token=data.get("leaseToken"),
+        output=data["outputData"],
+        reason=data["reasonForIncompletion"],
+        callback_after_s=data["callbackAfterSeconds"],
+        logs=data["logs"],
     )
 
 
@@ -173,10 +206,13 @@ class BatchResultsView(WorkerView):
 
     @extend_schema(
         summary="Report up to 100 results at once; one answer per result, in order",
-        request=BatchResultsSerializer, responses=BATCH_ANSWER,
+        request=BatchResultsSerializer,
+        responses=BATCH_ANSWER,
     )
     def post(self, request, ns):
-        body = _validated(BatchResultsSerializer, request.data, plain=_plain_if_json(request, result_bodies.plain_results))
+        body = _validated(
+            BatchResultsSerializer, request.data, plain=_plain_if_json(request, result_bodies.plain_results)
+        )
         items = [_result(item["taskId"], item) for item in body["results"]]
         for item in items:
             if not item.lease_token:
@@ -190,9 +226,13 @@ class WebhookView(NamespacedView):
     @extend_schema(
         summary="Deliver an inbound webhook to the WAIT_FOR_WEBHOOK tasks it matches",
         request=OpenApiTypes.OBJECT,
-        responses=inline_serializer("WebhookDelivered", fields={
-            "matched": serializers.IntegerField(), "taskIds": serializers.ListField(child=serializers.UUIDField()),
-        }),
+        responses=inline_serializer(
+            "WebhookDelivered",
+            fields={
+                "matched": serializers.IntegerField(),
+                "taskIds": serializers.ListField(child=serializers.UUIDField()),
+            },
+        ),
     )
     def post(self, request, ns, name):
         if not is_name(name):

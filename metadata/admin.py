@@ -1,6 +1,7 @@
 """Admin views of definitions. Definitions change through the API (which
 validates them); the admin shows them and can delete task and workflow
 definitions, through the same services as the API's DELETE."""
+
 from django.contrib import admin
 
 from metadata import taskdefs, workflows
@@ -30,7 +31,9 @@ class DeletesThroughService(ReadOnlyAdmin):
 
     def delete_queryset(self, request, queryset) -> None:
         rows = list(queryset.select_related("namespace"))
-        report_each(request, rows, call=lambda row: self._delete(row), label=lambda row: f"{row.namespace.name}/{row.name}")
+        report_each(
+            request, rows, call=lambda row: self._delete(row), label=lambda row: f"{row.namespace.name}/{row.name}"
+        )
 
     def _delete(self, row) -> str:
         type(self).delete(namespace=row.namespace, name=row.name)
@@ -39,7 +42,15 @@ class DeletesThroughService(ReadOnlyAdmin):
 
 @admin.register(TaskDefinition)
 class TaskDefinitionAdmin(DeletesThroughService):
-    list_display = ("name", "namespace", "retry_count", "retry_logic", "concurrent_exec_limit", "rate_limit_per_frequency", "updated_at")
+    list_display = (
+        "name",
+        "namespace",
+        "retry_count",
+        "retry_logic",
+        "concurrent_exec_limit",
+        "rate_limit_per_frequency",
+        "updated_at",
+    )
     list_filter = ("namespace", "retry_logic", "timeout_policy")
     list_select_related = ("namespace",)
     search_fields = ("name",)

@@ -4,6 +4,7 @@ The checks that need other stored workflows happen here: the child exists
 (at the named version, if one is named), no cycle, and no static call chain
 deeper than ``MAX_CALL_DEPTH`` (the root is depth 0).
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,14 @@ def _visit(
         task["subWorkflowParam"]["version"] = child_version
         child = task["subWorkflowParam"]["name"]
         _visit(
-            child, child_version, child_body,
-            depth=depth + 1, chain=(*chain, child), resolve=resolve, workflows=workflows, seen=seen,
+            child,
+            child_version,
+            child_body,
+            depth=depth + 1,
+            chain=(*chain, child),
+            resolve=resolve,
+            workflows=workflows,
+            seen=seen,
         )
 
 

@@ -1,4 +1,5 @@
 """Parsing of WAIT durations ("30s", "5m", "2h", "1d" or seconds) and instants."""
+
 from __future__ import annotations
 
 import datetime as dt

@@ -10,6 +10,7 @@ string are interpolated as text. ``$${`` escapes a literal ``${``.
 
 This module is pure: parsing for validation, resolving for the engine.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,17 @@ _ESCAPE_OR_EXPR = re.compile(r"\$\$\{|(?<!\$)\$\{([^{}]*)\}")
 _TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]")
 
 WORKFLOW_FIELDS = frozenset(
-    {"input", "variables", "output", "executionId", "workflowId", "correlationId", "name", "version", "parentExecutionId"}
+    {
+        "input",
+        "variables",
+        "output",
+        "executionId",
+        "workflowId",
+        "correlationId",
+        "name",
+        "version",
+        "parentExecutionId",
+    }
 )
 TASK_FIELDS = frozenset({"input", "output", "status", "taskId", "reasonForIncompletion", "attempt"})
 LOOP_ROOTS = frozenset({"item", "index"})
@@ -81,9 +92,7 @@ def check_reference(path: Path, *, refs: frozenset[str], in_template: bool) -> N
     root = path[0]
     if root == "workflow":
         if len(path) < 2 or path[1] not in WORKFLOW_FIELDS:
-            raise ExpressionError(
-                f"'workflow' is followed by one of {', '.join(sorted(WORKFLOW_FIELDS))}"
-            )
+            raise ExpressionError(f"'workflow' is followed by one of {', '.join(sorted(WORKFLOW_FIELDS))}")
     elif root in LOOP_ROOTS:
         if not in_template:
             raise ExpressionError(f"'${{{root}}}' exists only inside a FORK_JOIN_DYNAMIC forkTask")

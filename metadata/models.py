@@ -1,4 +1,5 @@
 """Task definitions and versioned workflow definitions."""
+
 from __future__ import annotations
 
 from django.db import models

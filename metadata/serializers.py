@@ -1,4 +1,5 @@
 """Request and response shapes for definitions (camelCase, SPEC §3–§4)."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -50,8 +51,12 @@ POLICY_COLUMNS: dict[str, str] = {name: field.source for name, field in RetryTim
 class TaskDefinitionSerializer(RetryTimeoutPolicySerializer):
     name = NameField()
     description = StrictCharField(required=False, allow_blank=True, max_length=10_000, default="")
-    concurrentExecLimit = StrictIntegerField(source="concurrent_exec_limit", min_value=0, max_value=1_000_000, default=0)
-    rateLimitPerFrequency = StrictIntegerField(source="rate_limit_per_frequency", min_value=0, max_value=1_000_000_000, default=0)
+    concurrentExecLimit = StrictIntegerField(
+        source="concurrent_exec_limit", min_value=0, max_value=1_000_000, default=0
+    )
+    rateLimitPerFrequency = StrictIntegerField(
+        source="rate_limit_per_frequency", min_value=0, max_value=1_000_000_000, default=0
+    )
     rateLimitFrequencySeconds = DurationField(source="rate_limit_frequency_seconds", default=0.0)
     semaphores = serializers.ListField(child=NameField(), max_length=MAX_SEMAPHORES_PER_TASK, default=list)
     createdAt = serializers.DateTimeField(source="created_at", read_only=True)

@@ -5,6 +5,7 @@ user's workers; OPERATORS are evaluated inside the decider; SYSTEM tasks run
 in the system-task role; WAITING tasks wait for time or an outside event and
 are never dispatched (only ``timeoutSeconds`` is armed on them).
 """
+
 from __future__ import annotations
 
 WORKER = frozenset({"SIMPLE"})

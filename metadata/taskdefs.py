@@ -4,6 +4,7 @@ decider copies onto tasks it schedules.
 Policies are cached per process for ``POLICY_CACHE_S``: a change is seen at
 once by the process that made it and within that time by every other one.
 """
+
 from __future__ import annotations
 
 import threading
@@ -13,10 +14,9 @@ from django.db import IntegrityError, transaction
 
 from metadata.models import TaskDefinition
 from metadata.serializers import POLICY_COLUMNS
-from nodeflow import clock
+from nodeflow import clock, transactions
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
-from nodeflow import transactions
 from quotas import controls
 
 
@@ -59,9 +59,7 @@ def patch_task_definition(*, namespace: Namespace, name: str, values: dict) -> T
     values = {key: value for key, value in values.items() if key != "name"}
     _changed()
     with transactions.outermost():
-        updated = TaskDefinition.objects.filter(namespace=namespace, name=name).update(
-            **values, updated_at=clock.now()
-        )
+        updated = TaskDefinition.objects.filter(namespace=namespace, name=name).update(**values, updated_at=clock.now())
         if not updated:
             raise NotFound(f"task definition '{name}' does not exist")
         return get_task_definition(namespace=namespace, name=name)

@@ -1,5 +1,6 @@
 """Walking the task tree of a (normalised) workflow definition, and the key
 that names each workflow of a baked snapshot."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -6,6 +6,7 @@ filled in), or raises ``DefinitionError`` naming the field by its path
 Checks that need other stored workflows (sub-workflow existence, cycles,
 call depth) live in ``metadata.baking``.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,8 @@ from typing import Any
 
 from metadata import durations, task_types
 from metadata.expressions import ExpressionError, case_key, check_reference, iter_strings, paths_in
-from metadata.tree import walk_tasks
 from metadata.serializers import POLICY_FIELDS, RetryTimeoutPolicySerializer
+from metadata.tree import walk_tasks
 from nodeflow.errors import InvalidField, flatten_errors
 from nodeflow.fields import MAX_DURATION_S, is_name
 
@@ -24,9 +25,18 @@ REF_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")
 RESERVED_REFS = frozenset({"workflow", "item", "index"})
 WORKFLOW_FIELDS = frozenset(
     {
-        "name", "description", "tasks", "inputParameters", "outputParameters", "failureWorkflow",
-        "timeoutSeconds", "timeoutPolicy", "maxConcurrentTasks", "maxConcurrentExecutions",
-        "rateLimitConfig", "variables",
+        "name",
+        "description",
+        "tasks",
+        "inputParameters",
+        "outputParameters",
+        "failureWorkflow",
+        "timeoutSeconds",
+        "timeoutPolicy",
+        "maxConcurrentTasks",
+        "maxConcurrentExecutions",
+        "rateLimitConfig",
+        "variables",
     }
 )
 # Fields a GET returns; accepted and dropped so a fetched body can be re-posted.
@@ -113,7 +123,13 @@ class _Walker:
         optional = task.get("optional", False)
         if not isinstance(optional, bool):
             raise DefinitionError(f"{where}.optional", "must be true or false", ref)
-        out = {"name": name, "taskReferenceName": ref, "type": task_type, "inputParameters": inputs, "optional": optional}
+        out = {
+            "name": name,
+            "taskReferenceName": ref,
+            "type": task_type,
+            "inputParameters": inputs,
+            "optional": optional,
+        }
         if "description" in task:
             out["description"] = str(task["description"])
         out.update(self._policy_overrides(task, where, ref))
@@ -146,15 +162,23 @@ class _Walker:
         if not isinstance(expression, str) or not expression.strip():
             raise DefinitionError(f"{where}.expression", "required: a non-empty string", ref)
         if evaluator == "value-param" and expression not in out["inputParameters"]:
-            raise DefinitionError(f"{where}.expression", f"names input '{expression}', which inputParameters lacks", ref)
+            raise DefinitionError(
+                f"{where}.expression", f"names input '{expression}', which inputParameters lacks", ref
+            )
         cases = task.get("decisionCases", {})
         if not isinstance(cases, dict):
             raise DefinitionError(f"{where}.decisionCases", "must be an object of case → list of tasks", ref)
-        out.update(evaluatorType=evaluator, expression=expression, decisionCases={
-            case_key(case): self._branch(branch, f"{where}.decisionCases.{case}", depth + 1, in_template, ref)
-            for case, branch in cases.items()
-        })
-        out["defaultCase"] = self._branch(task.get("defaultCase", []), f"{where}.defaultCase", depth + 1, in_template, ref)
+        out.update(
+            evaluatorType=evaluator,
+            expression=expression,
+            decisionCases={
+                case_key(case): self._branch(branch, f"{where}.decisionCases.{case}", depth + 1, in_template, ref)
+                for case, branch in cases.items()
+            },
+        )
+        out["defaultCase"] = self._branch(
+            task.get("defaultCase", []), f"{where}.defaultCase", depth + 1, in_template, ref
+        )
 
     def _branch(self, tasks: Any, where: str, depth: int, in_template: bool, owner: str) -> list[dict]:
         """A SWITCH branch may be empty; every other task list may not."""
@@ -175,7 +199,9 @@ class _Walker:
 
     def _fork_concurrency(self, value: Any, where: str, ref: str) -> int:
         if not _int_in(value, 1, task_types.MAX_FORK_CONCURRENCY):
-            raise DefinitionError(f"{where}.maxConcurrency", f"must be an integer 1–{task_types.MAX_FORK_CONCURRENCY}", ref)
+            raise DefinitionError(
+                f"{where}.maxConcurrency", f"must be an integer 1–{task_types.MAX_FORK_CONCURRENCY}", ref
+            )
         return value
 
     def _type_join(self, task, out, where, ref, depth, in_template) -> None:
@@ -198,7 +224,9 @@ class _Walker:
         if not isinstance(condition, str) or not condition.strip():
             raise DefinitionError(f"{where}.loopCondition", "required: a javascript condition over $", ref)
         if not _int_in(task.get("maxIterations"), 1, task_types.MAX_LOOP_ITERATIONS):
-            raise DefinitionError(f"{where}.maxIterations", f"required: an integer 1–{task_types.MAX_LOOP_ITERATIONS}", ref)
+            raise DefinitionError(
+                f"{where}.maxIterations", f"required: an integer 1–{task_types.MAX_LOOP_ITERATIONS}", ref
+            )
         out.update(
             loopCondition=condition,
             maxIterations=task["maxIterations"],
@@ -296,7 +324,9 @@ class _Walker:
             try:
                 for path in paths_in(text):
                     if ref is not None and path[0] == ref:
-                        raise ExpressionError(f"task '{ref}' cannot read its own {'.'.join(map(str, path[1:2])) or 'state'}")
+                        raise ExpressionError(
+                            f"task '{ref}' cannot read its own {'.'.join(map(str, path[1:2])) or 'state'}"
+                        )
                     check_reference(path, refs=frozenset(self.refs), in_template=in_template)
             except ExpressionError as exc:
                 raise DefinitionError(field, str(exc), ref) from exc
@@ -410,7 +440,9 @@ def _rate_limit_config(config: Any) -> dict | None:
         raise DefinitionError(f"rateLimitConfig.{sorted(unknown)[0]}", "unknown field")
     key = config.get("rateLimitKey")
     if not isinstance(key, str) or not key:
-        raise DefinitionError("rateLimitConfig.rateLimitKey", "required: a key or an expression like ${workflow.input.tenantId}")
+        raise DefinitionError(
+            "rateLimitConfig.rateLimitKey", "required: a key or an expression like ${workflow.input.tenantId}"
+        )
     if not _int_in(config.get("concurrentExecLimit"), 1, 1_000_000):
         raise DefinitionError("rateLimitConfig.concurrentExecLimit", "required: an integer ≥ 1")
     return {"rateLimitKey": key, "concurrentExecLimit": config["concurrentExecLimit"]}

@@ -1,4 +1,5 @@
 """Definition routes (SPEC §3–§4). Thin: parse, authorise, call a service, render."""
+
 from __future__ import annotations
 
 from django.db.models import F
@@ -19,7 +20,11 @@ class TaskDefinitionListView(NamespacedView):
     scopes = {"GET": Scope.TASKDEFS_READ, "POST": Scope.TASKDEFS_WRITE}
     serializer_class = TaskDefinitionSerializer
 
-    @extend_schema(operation_id="list_task_definitions", summary="List task definitions", responses=TaskDefinitionSerializer(many=True))
+    @extend_schema(
+        operation_id="list_task_definitions",
+        summary="List task definitions",
+        responses=TaskDefinitionSerializer(many=True),
+    )
     def get(self, request, ns):
         rows = TaskDefinition.objects.filter(namespace=self.namespace).order_by("name")
         return Response(TaskDefinitionSerializer(rows, many=True).data)
@@ -43,12 +48,18 @@ class TaskDefinitionDetailView(NamespacedView):
     scopes = {"GET": Scope.TASKDEFS_READ, "PATCH": Scope.TASKDEFS_WRITE, "DELETE": Scope.TASKDEFS_WRITE}
     serializer_class = TaskDefinitionSerializer
 
-    @extend_schema(summary="One task definition, every field with its effective value", responses=TaskDefinitionSerializer)
+    @extend_schema(
+        summary="One task definition, every field with its effective value", responses=TaskDefinitionSerializer
+    )
     def get(self, request, ns, name):
         row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
         return Response(TaskDefinitionSerializer(row).data)
 
-    @extend_schema(summary="Change some fields of a task definition", request=TaskDefinitionSerializer, responses=TaskDefinitionSerializer)
+    @extend_schema(
+        summary="Change some fields of a task definition",
+        request=TaskDefinitionSerializer,
+        responses=TaskDefinitionSerializer,
+    )
     def patch(self, request, ns, name):
         row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
         serializer = TaskDefinitionSerializer(row, data=request.data, partial=True)
@@ -69,22 +80,22 @@ def _version_body(row: WorkflowVersion) -> dict:
 
 
 WORKFLOW_FIELDS = {
-        "name": serializers.CharField(),
-        "version": serializers.IntegerField(read_only=True),
-        "published": serializers.BooleanField(read_only=True),
-        "description": serializers.CharField(required=False),
-        "tasks": serializers.ListField(child=serializers.DictField(), min_length=1),
-        "inputParameters": serializers.ListField(child=serializers.CharField(), required=False),
-        "outputParameters": serializers.DictField(required=False),
-        "failureWorkflow": serializers.CharField(required=False, allow_null=True),
-        "timeoutSeconds": serializers.FloatField(required=False),
-        "timeoutPolicy": serializers.ChoiceField(["TIME_OUT_WF", "ALERT_ONLY"], required=False),
-        "maxConcurrentTasks": serializers.IntegerField(required=False),
-        "maxConcurrentExecutions": serializers.IntegerField(required=False),
-        "rateLimitConfig": serializers.DictField(required=False, allow_null=True),
-        "variables": serializers.DictField(required=False),
-        "createdAt": serializers.DateTimeField(read_only=True),
-        "publishedAt": serializers.DateTimeField(read_only=True, allow_null=True),
+    "name": serializers.CharField(),
+    "version": serializers.IntegerField(read_only=True),
+    "published": serializers.BooleanField(read_only=True),
+    "description": serializers.CharField(required=False),
+    "tasks": serializers.ListField(child=serializers.DictField(), min_length=1),
+    "inputParameters": serializers.ListField(child=serializers.CharField(), required=False),
+    "outputParameters": serializers.DictField(required=False),
+    "failureWorkflow": serializers.CharField(required=False, allow_null=True),
+    "timeoutSeconds": serializers.FloatField(required=False),
+    "timeoutPolicy": serializers.ChoiceField(["TIME_OUT_WF", "ALERT_ONLY"], required=False),
+    "maxConcurrentTasks": serializers.IntegerField(required=False),
+    "maxConcurrentExecutions": serializers.IntegerField(required=False),
+    "rateLimitConfig": serializers.DictField(required=False, allow_null=True),
+    "variables": serializers.DictField(required=False),
+    "createdAt": serializers.DateTimeField(read_only=True),
+    "publishedAt": serializers.DateTimeField(read_only=True, allow_null=True),
 }
 WORKFLOW_BODY = inline_serializer("WorkflowDefinition", fields=WORKFLOW_FIELDS)
 VERSION_SUMMARY = inline_serializer(
@@ -113,9 +124,11 @@ class WorkflowDefinitionListView(NamespacedView):
         responses=inline_serializer("WorkflowDefinitionList", many=True, fields=WORKFLOW_FIELDS),
     )
     def get(self, request, ns):
-        rows = WorkflowVersion.objects.select_related("definition").filter(
-            definition__namespace=self.namespace, definition__published_version=F("version")
-        ).order_by("definition__name")
+        rows = (
+            WorkflowVersion.objects.select_related("definition")
+            .filter(definition__namespace=self.namespace, definition__published_version=F("version"))
+            .order_by("definition__name")
+        )
         return Response([_version_body(row) for row in rows])
 
     @extend_schema(
@@ -185,7 +198,9 @@ class WorkflowPublishView(NamespacedView):
     def post(self, request, ns, name):
         choice = VersionChoiceSerializer(data=request.data or {})
         choice.is_valid(raise_exception=True)
-        row = workflows.publish_workflow(namespace=self.namespace, name=name, version=choice.validated_data.get("version"))
+        row = workflows.publish_workflow(
+            namespace=self.namespace, name=name, version=choice.validated_data.get("version")
+        )
         return Response(_version_body(row))
 
 
@@ -201,5 +216,7 @@ class WorkflowRollbackView(NamespacedView):
     def post(self, request, ns, name):
         choice = VersionChoiceSerializer(data=request.data or {})
         choice.is_valid(raise_exception=True)
-        row = workflows.rollback_workflow(namespace=self.namespace, name=name, version=choice.validated_data.get("version"))
+        row = workflows.rollback_workflow(
+            namespace=self.namespace, name=name, version=choice.validated_data.get("version")
+        )
         return Response(_version_body(row))

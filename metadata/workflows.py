@@ -5,6 +5,7 @@ created; later ones are drafts until published. Publishing bakes a snapshot
 (``metadata.baking``); rolling back re-publishes a version's earlier snapshot
 exactly as it was baked.
 """
+
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
@@ -30,9 +31,11 @@ def get_version(*, namespace: Namespace, name: str, version: int | None = None) 
     """A stored version; without ``version``, the published one."""
     definition = get_definition(namespace=namespace, name=name)
     number = definition.published_version if version is None else version
-    found = WorkflowVersion.objects.select_related("definition", "snapshot").filter(
-        definition=definition, version=number
-    ).first()
+    found = (
+        WorkflowVersion.objects.select_related("definition", "snapshot")
+        .filter(definition=definition, version=number)
+        .first()
+    )
     if found is None:
         raise NotFound(f"workflow '{name}' has no version {number}")
     return found
@@ -58,7 +61,7 @@ def _lock_or_create(namespace: Namespace, name: str) -> WorkflowDefinition:
     for _ in range(2):  # a concurrent first registration of the same name
         try:
             with transaction.atomic():
-                definition, _ = WorkflowDefinition.objects.get_or_create(namespace=namespace, name=name)
+                _definition, _ = WorkflowDefinition.objects.get_or_create(namespace=namespace, name=name)
             return get_definition(namespace=namespace, name=name, lock=True)
         except IntegrityError:
             continue

@@ -1,4 +1,5 @@
 """Node Flow: a durable workflow-orchestration server."""
+
 from .celery import app as celery_app
 
 __all__ = ["celery_app"]

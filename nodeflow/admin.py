@@ -3,6 +3,7 @@
 ``nodeflow.keys``, never by writing rows directly. Neither is deleted here:
 deleting a namespace would take every running execution with it, and a key
 is revoked, not deleted, so that what it did stays attributable."""
+
 from django.contrib import admin, messages
 
 from nodeflow.admin_support import report_each
@@ -61,7 +62,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
     actions = ["revoke"]
 
     def get_fields(self, request, obj=None):
-        return ("namespace", "role", "name") if obj is None else ("namespace", "role", "name", "prefix", "created_at", "revoked_at")
+        return (
+            ("namespace", "role", "name")
+            if obj is None
+            else ("namespace", "role", "name", "prefix", "created_at", "revoked_at")
+        )
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else ("namespace", "role", "prefix", "created_at", "revoked_at")

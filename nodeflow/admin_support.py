@@ -6,6 +6,7 @@ The admin is an edge like the API: it parses, calls one service per row and
 renders what the service said. A refusal (a Conflict from retrying a running
 execution, say) becomes an error message on the page, never a 500.
 """
+
 from __future__ import annotations
 
 import logging
@@ -97,7 +98,7 @@ def has_operate_permission(request: HttpRequest, model: type) -> bool:
 
 
 def report_each(
-    request: HttpRequest, items: Iterable[Any], *, call: Callable[[Any], str], label: Callable[[Any], str] = str,
+    request: HttpRequest, items: Iterable[Any], *, call: Callable[[Any], str], label: Callable[[Any], str] = str
 ) -> None:
     """Call ``call(item)`` for each item and report each outcome as a message:
     success with what ``call`` returned, or the service's refusal."""
@@ -107,7 +108,7 @@ def report_each(
             outcome = call(item)
         except ApiError as exc:
             messages.error(request, f"{name}: {exc.message}")
-        except Exception:  # noqa: BLE001 - an action reports, it never answers 500
+        except Exception:
             log.exception("admin action on %s failed", name)
             messages.error(request, f"{name}: failed unexpectedly (the server log has the details)")
         else:

@@ -5,6 +5,7 @@ all) and carries a role; each role grants a set of scopes, and each view says
 which scope every HTTP method needs. Missing or unknown key: 401. Wrong
 namespace or a role without the scope: 403.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -82,9 +83,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         client = client_address(request)
         wait = throttling.wait_s(client)
         if wait is not None:
-            raise exceptions.Throttled(wait=max(1.0, wait), detail=(
-                "too many failed authentications from this address; "
-                f"try again in {max(1, int(-(-wait // 1)))} s (NODE_FLOW_AUTH_FAILURES_PER_MINUTE)"))
+            raise exceptions.Throttled(
+                wait=max(1.0, wait),
+                detail=(
+                    "too many failed authentications from this address; "
+                    f"try again in {max(1, int(-(-wait // 1)))} s (NODE_FLOW_AUTH_FAILURES_PER_MINUTE)"
+                ),
+            )
         key = resolve_api_key(raw.strip())
         if key is None:
             throttling.failed(client)

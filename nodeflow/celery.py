@@ -7,6 +7,7 @@ look at (``executions.celery_tasks``). ``celery -A nodeflow worker`` runs system
 tasks; ``celery -A nodeflow beat`` (or ``worker -B``) schedules the sweeps:
 timers and expired leases every second, lost-message recovery every 5 s.
 """
+
 import os
 
 from celery import Celery
@@ -23,6 +24,8 @@ RECOVER_EVERY_S = 5.0
 app.conf.beat_schedule = {
     "nodeflow-sweep": {"task": "nodeflow.sweep", "schedule": SWEEP_EVERY_S, "options": {"expires": 10}},
     "nodeflow-recover-system-tasks": {
-        "task": "nodeflow.recover_system_tasks", "schedule": RECOVER_EVERY_S, "options": {"expires": 30},
+        "task": "nodeflow.recover_system_tasks",
+        "schedule": RECOVER_EVERY_S,
+        "options": {"expires": 30},
     },
 }

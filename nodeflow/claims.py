@@ -9,6 +9,7 @@ and ``back_off`` moves the row on (later, or to its next firing) in the same
 transaction, so one bad row never blocks the rows behind it nor is retried
 hot, and the claim commits either way.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,13 @@ log = logging.getLogger("nodeflow.claims")
 T = TypeVar("T")
 
 
-def claim_one(*, claim: Callable[[], T | None], work: Callable[[T], None], back_off: Callable[[T, Exception], None],
-              what: Callable[[T], str]) -> bool:
+def claim_one[T](
+    *,
+    claim: Callable[[], T | None],
+    work: Callable[[T], None],
+    back_off: Callable[[T, Exception], None],
+    what: Callable[[T], str],
+) -> bool:
     """One unit: False when no row was due, else True (done or backed off)."""
     with transactions.outermost():
         row = claim()
@@ -34,7 +40,7 @@ def claim_one(*, claim: Callable[[], T | None], work: Callable[[T], None], back_
         try:
             with transaction.atomic():  # a savepoint: failing work leaves nothing half-done
                 work(row)
-        except Exception as exc:  # noqa: BLE001 - one bad row must not block the ones behind it
+        except Exception as exc:
             log.exception("%s failed; backing off", what(row))
             back_off(row, exc)
     return True

@@ -3,11 +3,12 @@
 Every deadline, window and timestamp in Node Flow is read through ``now()`` so
 tests can move time instead of sleeping through it (``travel_to``/``advance``).
 """
+
 from __future__ import annotations
 
 import datetime as dt
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.utils import timezone
 

@@ -6,6 +6,7 @@ FAIL, what is wrong and how to fix it.
 The settings checks (no I/O) are also registered with Django's system check
 framework under the ``nodeflow`` tag, for ``manage.py check --deploy``.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -62,6 +63,7 @@ def run_checks(*, include_live: bool = True) -> list[Finding]:
 
 # --- settings -----------------------------------------------------------------
 
+
 def _exposed() -> bool:
     """Whether the server answers to a host other than this machine's loopback."""
     return any(host not in LOOPBACK_HOSTS for host in settings.ALLOWED_HOSTS)
@@ -74,10 +76,23 @@ def check_secret_key() -> list[Finding]:
     fix = 'set SECRET_KEY to a long random value, e.g. python -c "import secrets; print(secrets.token_urlsafe(50))"'
     if key == DEV_SECRET_KEY:
         if _exposed():
-            return [Finding(FAIL, "secret_key", "SECRET_KEY is the public development key and the server "
-                            "answers to other hosts: anyone can forge an admin session", fix)]
-        return [Finding(WARN, "secret_key", "SECRET_KEY is the development key (acceptable only while the "
-                        "server answers on loopback alone)", fix)]
+            return [
+                Finding(
+                    FAIL,
+                    "secret_key",
+                    "SECRET_KEY is the public development key and the server "
+                    "answers to other hosts: anyone can forge an admin session",
+                    fix,
+                )
+            ]
+        return [
+            Finding(
+                WARN,
+                "secret_key",
+                "SECRET_KEY is the development key (acceptable only while the server answers on loopback alone)",
+                fix,
+            )
+        ]
     if len(key) < 50 or len(set(key)) < 5:
         return [Finding(WARN, "secret_key", "SECRET_KEY is short or repetitive", fix)]
     return [Finding(OK, "secret_key", "set")]
@@ -85,19 +100,37 @@ def check_secret_key() -> list[Finding]:
 
 def check_debug() -> list[Finding]:
     if settings.DEBUG:
-        return [Finding(WARN, "debug", "DEBUG is on: error pages show settings and code to clients",
-                        "unset DEBUG (or DEBUG=false) in production")]
+        return [
+            Finding(
+                WARN,
+                "debug",
+                "DEBUG is on: error pages show settings and code to clients",
+                "unset DEBUG (or DEBUG=false) in production",
+            )
+        ]
     return [Finding(OK, "debug", "off")]
 
 
 def check_allowed_hosts() -> list[Finding]:
     hosts = list(settings.ALLOWED_HOSTS)
     if not hosts:
-        return [Finding(FAIL, "allowed_hosts", "ALLOWED_HOSTS is empty: every request gets 400",
-                        "set ALLOWED_HOSTS to the names clients use, comma-separated")]
+        return [
+            Finding(
+                FAIL,
+                "allowed_hosts",
+                "ALLOWED_HOSTS is empty: every request gets 400",
+                "set ALLOWED_HOSTS to the names clients use, comma-separated",
+            )
+        ]
     if "*" in hosts:
-        return [Finding(WARN, "allowed_hosts", "ALLOWED_HOSTS contains '*': any Host header is accepted",
-                        "list the host names clients use")]
+        return [
+            Finding(
+                WARN,
+                "allowed_hosts",
+                "ALLOWED_HOSTS contains '*': any Host header is accepted",
+                "list the host names clients use",
+            )
+        ]
     scope = "loopback only" if not _exposed() else ", ".join(hosts)
     return [Finding(OK, "allowed_hosts", scope)]
 
@@ -106,8 +139,10 @@ def check_circuit_breaker() -> list[Finding]:
     from executions.breakers import Config
 
     raw = settings.NODE_FLOW_CIRCUIT_BREAKER
-    fix = ('set NODE_FLOW_CIRCUIT_BREAKER to a JSON object, e.g. {"enabled": true, "failureRatio": 0.5, '
-           '"minimumRequests": 10, "windowMs": 30000, "openMs": 5000, "maxOpenMs": 60000}')
+    fix = (
+        'set NODE_FLOW_CIRCUIT_BREAKER to a JSON object, e.g. {"enabled": true, "failureRatio": 0.5, '
+        '"minimumRequests": 10, "windowMs": 30000, "openMs": 5000, "maxOpenMs": 60000}'
+    )
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
         if value is not None and not isinstance(value, dict):
@@ -117,14 +152,22 @@ def check_circuit_breaker() -> list[Finding]:
         return [Finding(FAIL, "circuit_breaker", f"NODE_FLOW_CIRCUIT_BREAKER does not parse: {exc}", fix)]
     if not config.enabled:
         return [Finding(OK, "circuit_breaker", "off")]
-    return [Finding(OK, "circuit_breaker", f"on: failureRatio {config.failure_ratio}, minimumRequests "
-                    f"{config.minimum_requests}, window {config.window_s:g} s, open {config.open_s:g}–{config.max_open_s:g} s")]
+    return [
+        Finding(
+            OK,
+            "circuit_breaker",
+            f"on: failureRatio {config.failure_ratio}, minimumRequests "
+            f"{config.minimum_requests}, window {config.window_s:g} s, open {config.open_s:g}–{config.max_open_s:g} s",
+        )
+    ]
 
 
 def check_webhook_secrets() -> list[Finding]:
     raw = settings.NODE_FLOW_WEBHOOK_SECRETS
-    fix = ('set NODE_FLOW_WEBHOOK_SECRETS to a JSON object of "<namespace>/<secretName>" → secret, '
-           'e.g. {"default/partner": "s3cr3t"}, or PUT /v1/ns/{ns}/secrets/{name}')
+    fix = (
+        'set NODE_FLOW_WEBHOOK_SECRETS to a JSON object of "<namespace>/<secretName>" → secret, '
+        'e.g. {"default/partner": "s3cr3t"}, or PUT /v1/ns/{ns}/secrets/{name}'
+    )
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError as exc:
@@ -136,8 +179,15 @@ def check_webhook_secrets() -> list[Finding]:
         return [Finding(FAIL, "webhook_secrets", f"secrets that are not non-empty strings: {', '.join(bad)}", fix)]
     unscoped = sorted(str(name) for name in value if "/" not in str(name))
     if unscoped:
-        return [Finding(WARN, "webhook_secrets", f"secrets without a namespace are ignored (a task uses only its own "
-                        f"namespace's): {', '.join(unscoped)}", fix)]
+        return [
+            Finding(
+                WARN,
+                "webhook_secrets",
+                f"secrets without a namespace are ignored (a task uses only its own "
+                f"namespace's): {', '.join(unscoped)}",
+                fix,
+            )
+        ]
     return [Finding(OK, "webhook_secrets", f"{len(value)} secret(s)")]
 
 
@@ -147,9 +197,14 @@ def check_outbound_lists() -> list[Finding]:
         entries = [e.strip() for e in getattr(settings, setting) if e.strip()]
         bad = [entry for entry in entries if not _is_rule(entry)]
         if bad:
-            found.append(Finding(FAIL, setting.lower().removeprefix("node_flow_"),
-                                 f"{setting}: not a CIDR, address or host name: {', '.join(bad)}",
-                                 "fix the entries (e.g. 10.0.0.0/8, 169.254.169.254, .internal)"))
+            found.append(
+                Finding(
+                    FAIL,
+                    setting.lower().removeprefix("node_flow_"),
+                    f"{setting}: not a CIDR, address or host name: {', '.join(bad)}",
+                    "fix the entries (e.g. 10.0.0.0/8, 169.254.169.254, .internal)",
+                )
+            )
         else:
             found.append(Finding(OK, setting.lower().removeprefix("node_flow_"), f"{len(entries)} entr(ies)"))
     return found
@@ -167,22 +222,40 @@ def check_database_settings() -> list[Finding]:
     database = settings.DATABASES["default"]
     if database["ENGINE"] == "django.db.backends.sqlite3":
         if _exposed() and not settings.DEBUG:
-            return [Finding(WARN, "database_settings", "SQLite in production: one writer at a time, one machine only",
-                            "set DATABASE_URL=postgres://… (see docs/deployment.md)")]
+            return [
+                Finding(
+                    WARN,
+                    "database_settings",
+                    "SQLite in production: one writer at a time, one machine only",
+                    "set DATABASE_URL=postgres://… (see docs/deployment.md)",
+                )
+            ]
         return [Finding(OK, "database_settings", "SQLite (embedded, one machine)")]
     if database.get("CONN_MAX_AGE", 0) == 0:
-        return [Finding(WARN, "database_settings", "CONN_MAX_AGE=0: every request opens a new PostgreSQL connection",
-                        "set CONN_MAX_AGE=60 (or pool with pgbouncer; see docs/deployment.md)")]
+        return [
+            Finding(
+                WARN,
+                "database_settings",
+                "CONN_MAX_AGE=0: every request opens a new PostgreSQL connection",
+                "set CONN_MAX_AGE=60 (or pool with pgbouncer; see docs/deployment.md)",
+            )
+        ]
     return [Finding(OK, "database_settings", f"PostgreSQL, CONN_MAX_AGE={database['CONN_MAX_AGE']}")]
 
 
 SETTINGS_CHECKS: list[Check] = [
-    check_secret_key, check_debug, check_allowed_hosts, check_database_settings, check_circuit_breaker,
-    check_webhook_secrets, check_outbound_lists,
+    check_secret_key,
+    check_debug,
+    check_allowed_hosts,
+    check_database_settings,
+    check_circuit_breaker,
+    check_webhook_secrets,
+    check_outbound_lists,
 ]
 
 
 # --- the database, the broker, and what is in the database ---------------------
+
 
 def check_database() -> list[Finding]:
     started = time.monotonic()
@@ -203,9 +276,15 @@ def _postgres_autovacuum() -> list[Finding]:
         cursor.execute("SELECT current_setting('autovacuum')")
         (setting,) = cursor.fetchone()
     if setting != "on":
-        return [Finding(WARN, "autovacuum", "autovacuum is off: dead row versions pile up, and without fresh "
-                        "statistics PostgreSQL plans the batch statements as scans of whole tables",
-                        "turn autovacuum on, or run VACUUM ANALYZE from cron (docs/deployment.md)")]
+        return [
+            Finding(
+                WARN,
+                "autovacuum",
+                "autovacuum is off: dead row versions pile up, and without fresh "
+                "statistics PostgreSQL plans the batch statements as scans of whole tables",
+                "turn autovacuum on, or run VACUUM ANALYZE from cron (docs/deployment.md)",
+            )
+        ]
     return [Finding(OK, "autovacuum", "on")]
 
 
@@ -214,8 +293,14 @@ def _postgres_connections() -> list[Finding]:
         cursor.execute("SELECT current_setting('max_connections')::int, count(*) FROM pg_stat_activity")
         limit, used = cursor.fetchone()
     if used >= CONNECTIONS_WARN_RATIO * limit:
-        return [Finding(WARN, "connections", f"{used} of max_connections {limit} in use",
-                        "raise max_connections or pool (processes × threads must fit; see docs/deployment.md)")]
+        return [
+            Finding(
+                WARN,
+                "connections",
+                f"{used} of max_connections {limit} in use",
+                "raise max_connections or pool (processes × threads must fit; see docs/deployment.md)",
+            )
+        ]
     return [Finding(OK, "connections", f"{used} of max_connections {limit} in use")]
 
 
@@ -226,8 +311,7 @@ def check_migrations() -> list[Finding]:
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     if plan:
         names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:5]) + (" …" if len(plan) > 5 else "")
-        return [Finding(FAIL, "migrations", f"{len(plan)} migration(s) not applied: {names}",
-                        "run manage.py migrate")]
+        return [Finding(FAIL, "migrations", f"{len(plan)} migration(s) not applied: {names}", "run manage.py migrate")]
     return [Finding(OK, "migrations", "all applied")]
 
 
@@ -261,8 +345,14 @@ def check_bootstrap() -> list[Finding]:
         found.append(Finding(OK, "namespaces", f"{namespaces}"))
     admins = ApiKey.objects.filter(role=Role.ADMIN, revoked_at__isnull=True).count()
     if not admins:
-        found.append(Finding(FAIL, "admin_keys", "no active admin API key",
-                             "run manage.py nodeflow_apikey create --namespace default --role admin"))
+        found.append(
+            Finding(
+                FAIL,
+                "admin_keys",
+                "no active admin API key",
+                "run manage.py nodeflow_apikey create --namespace default --role admin",
+            )
+        )
     else:
         found.append(Finding(OK, "admin_keys", f"{admins} active"))
     return found
@@ -279,9 +369,11 @@ def check_roles() -> list[Finding]:
         "decider": DecideRequest.objects.filter(due_at__lte=now).order_by("due_at").values_list("due_at", flat=True),
         "sweeper (timers)": Timer.objects.filter(due_at__lte=now).order_by("due_at").values_list("due_at", flat=True),
         "sweeper (leases)": Task.objects.filter(status=TaskStatus.IN_PROGRESS, lease_expires_at__lte=now)
-        .order_by("lease_expires_at").values_list("lease_expires_at", flat=True),
+        .order_by("lease_expires_at")
+        .values_list("lease_expires_at", flat=True),
         "scheduler": Schedule.objects.filter(paused=False, next_fire_at__lte=now)
-        .order_by("next_fire_at").values_list("next_fire_at", flat=True),
+        .order_by("next_fire_at")
+        .values_list("next_fire_at", flat=True),
     }
     return [_lag(role, rows.first(), now) for role, rows in oldest.items()]
 
@@ -293,8 +385,12 @@ def _lag(role: str, due: dt.datetime | None, now: dt.datetime) -> Finding:
     late = (now - due).total_seconds()
     if late > ROLE_LAG_WARN_S:
         command = {"decider": "nodeflow_decider", "scheduler": "nodeflow_scheduler"}.get(role, "nodeflow_sweeper")
-        return Finding(WARN, name, f"the oldest due item has waited {late:.0f} s",
-                       f"make sure manage.py {command} runs (or nodeflow_run), and keeps up")
+        return Finding(
+            WARN,
+            name,
+            f"the oldest due item has waited {late:.0f} s",
+            f"make sure manage.py {command} runs (or nodeflow_run), and keeps up",
+        )
     return Finding(OK, name, f"oldest due item {late:.1f} s late")
 
 
@@ -304,11 +400,13 @@ NEEDS_TABLES: tuple[Check, ...] = (check_migrations, check_bootstrap, check_role
 
 # --- Django's system check framework ---------------------------------------------
 
+
 @checks.register("nodeflow", deploy=True)
 def deploy_checks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """The settings checks, for ``manage.py check --deploy``."""
     kinds = {WARN: checks.Warning, FAIL: checks.Error}
     return [
         kinds[f.level](f"{f.name}: {f.message}", hint=f.fix or None, id=f"nodeflow.{f.name}")
-        for f in run_checks(include_live=False) if f.level in kinds
+        for f in run_checks(include_live=False)
+        if f.level in kinds
     ]

@@ -5,6 +5,7 @@ kind names (``field`` for validation errors, ``control``/``limit``/``current``
 for refusals). No input produces a 500: unexpected exceptions are logged and
 answered in the same shape.
 """
+
 from __future__ import annotations
 
 import logging

@@ -3,6 +3,7 @@
 DRF's number fields accept strings ("3") and booleans (``true`` is 1); an API
 that says "a number" should refuse both, naming the field.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,9 +62,7 @@ class NameField(serializers.RegexField):
 
     def __init__(self, **kwargs):
         super().__init__(
-            NAME_PATTERN,
-            error_messages={"invalid": "use 1–128 characters from A–Z a–z 0–9 _ . -"},
-            **kwargs,
+            NAME_PATTERN, error_messages={"invalid": "use 1–128 characters from A–Z a–z 0–9 _ . -"}, **kwargs
         )
 
     def to_internal_value(self, data):

@@ -1,6 +1,7 @@
 """Identifiers: UUIDv7 (time-ordered, so new rows land at the end of the
 primary-key index instead of scattering across it; random in their low bits,
 so they reveal nothing about other namespaces' activity)."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@ names. Resolutions are cached in-process for ``CACHE_S`` seconds, so a
 request costs no database round trip for its key or namespace; a key revoked
 in another process stops working within that time (at once in this one).
 """
+
 from __future__ import annotations
 
 import re
@@ -50,7 +51,7 @@ CACHE_S = 5.0
 # KEY_PREFIX, then secrets.token_urlsafe(32): 43 characters of base64url.
 _KEY_SHAPE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_-]{43}")
 _lock = threading.Lock()
-_keys: dict[str, tuple[float, "ResolvedKey"]] = {}
+_keys: dict[str, tuple[float, ResolvedKey]] = {}
 _namespaces: dict[str, tuple[float, Namespace]] = {}
 
 

@@ -18,6 +18,7 @@ Two kinds, each right however many processes serve the deployment:
 Recorders are called on the hot path with rows already in hand: no query,
 a few microseconds each.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -32,8 +33,15 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client import values
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    values,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -47,9 +55,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OPEN = frozenset({"SCHEDULED", "IN_PROGRESS"})
-ENDED = frozenset({
-    "COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED", "SKIPPED",
-})
+ENDED = frozenset(
+    {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED", "SKIPPED"}
+)
 # From a long-poll's wake-up (milliseconds) to a backlog drained an hour late.
 DISPATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -111,6 +119,7 @@ def _after_commit(increments: list[tuple[Counter, tuple[str, ...], float]]) -> N
 
 # --- recorders (called by the services) --------------------------------------
 
+
 def record_decision(decision: Decision) -> None:
     """Count a decision's retries, budget refusals and the attempts it ended
     (created ended, or moved from open to ended), once it commits. A row
@@ -157,10 +166,13 @@ def record_dispatch(tasks: Iterable[LeasedTask]) -> None:
     dequeue returned (``started_at`` is the lease's instant)."""
     observed = [
         (task_type(task), (task.started_at - task.available_at).total_seconds())
-        for task in tasks if task.started_at is not None and task.available_at is not None
+        for task in tasks
+        if task.started_at is not None and task.available_at is not None
     ]
     if observed:
-        transaction.on_commit(lambda: [_child(DISPATCH_LATENCY, (label,)).observe(max(0.0, s)) for label, s in observed])
+        transaction.on_commit(
+            lambda: [_child(DISPATCH_LATENCY, (label,)).observe(max(0.0, s)) for label, s in observed]
+        )
 
 
 def record_timeout(timeout: str, policy: str) -> None:
@@ -170,7 +182,10 @@ def record_timeout(timeout: str, policy: str) -> None:
 
 # --- state read from the database at scrape time -----------------------------
 
-def _gauge(name: str, documentation: str, labels: list[str], samples: Iterable[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:
+
+def _gauge(
+    name: str, documentation: str, labels: list[str], samples: Iterable[tuple[tuple[str, ...], float]]
+) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, documentation, labels=labels)
     for label_values, value in samples:
         family.add_metric(list(label_values), value)
@@ -197,8 +212,12 @@ class DatabaseCollector:
             log.warning("metrics: could not read the database", exc_info=True)
             families = []
         yield from families
-        yield _gauge("nodeflow_database_up", "1 when this scrape could read the state gauges from the database.",
-                     [], [((), 1.0 if families else 0.0)])
+        yield _gauge(
+            "nodeflow_database_up",
+            "1 when this scrape could read the state gauges from the database.",
+            [],
+            [((), 1.0 if families else 0.0)],
+        )
 
     def _families(self, now: dt.datetime) -> Iterator[Metric]:
         # Imported here: this module loads with the URLconf, and models must
@@ -219,10 +238,18 @@ class DatabaseCollector:
             return [((names.get(ns, str(ns)), _queue_label(q)), float(n)) for ns, q, n in rows.annotate(n=Count("id"))]
 
         labels = ["namespace", "task_type"]
-        yield _gauge("nodeflow_queue_depth", "Tasks waiting in a queue: SCHEDULED and not held (ready, or waiting "
-                     "for a retry delay or a control).", labels, by_queue(status=TaskStatus.SCHEDULED, held=False))
-        yield _gauge("nodeflow_queue_in_flight", "Tasks of a queue leased and not yet reported (IN_PROGRESS).",
-                     labels, by_queue(status=TaskStatus.IN_PROGRESS))
+        yield _gauge(
+            "nodeflow_queue_depth",
+            "Tasks waiting in a queue: SCHEDULED and not held (ready, or waiting for a retry delay or a control).",
+            labels,
+            by_queue(status=TaskStatus.SCHEDULED, held=False),
+        )
+        yield _gauge(
+            "nodeflow_queue_in_flight",
+            "Tasks of a queue leased and not yet reported (IN_PROGRESS).",
+            labels,
+            by_queue(status=TaskStatus.IN_PROGRESS),
+        )
 
     def _semaphores(self, names: dict[int, str], now: dt.datetime) -> Iterator[Metric]:
         from quotas.models import Semaphore
@@ -231,25 +258,40 @@ class DatabaseCollector:
         configured = list(Semaphore.objects.values_list("id", "namespace_id", "name", "permits"))
         held = held_counts([pk for pk, _, _, _ in configured], now) if configured else {}
         labels = ["namespace", "semaphore"]
-        yield _gauge("nodeflow_semaphore_permits", "Permits a semaphore is configured with.", labels,
-                     [((names.get(ns, str(ns)), name), float(permits)) for _, ns, name, permits in configured])
-        yield _gauge("nodeflow_semaphore_permits_held", "Permits held by tasks in flight on unexpired leases.", labels,
-                     [((names.get(ns, str(ns)), name), float(held.get(pk, 0))) for pk, ns, name, _ in configured])
+        yield _gauge(
+            "nodeflow_semaphore_permits",
+            "Permits a semaphore is configured with.",
+            labels,
+            [((names.get(ns, str(ns)), name), float(permits)) for _, ns, name, permits in configured],
+        )
+        yield _gauge(
+            "nodeflow_semaphore_permits_held",
+            "Permits held by tasks in flight on unexpired leases.",
+            labels,
+            [((names.get(ns, str(ns)), name), float(held.get(pk, 0))) for pk, ns, name, _ in configured],
+        )
 
     def _breakers(self, names: dict[int, str], now: dt.datetime) -> Iterator[Metric]:
-        from executions.breakers import CLOSED, HALF_OPEN, LISTED_FOR_S, OPEN as BREAKER_OPEN
+        from executions.breakers import CLOSED, HALF_OPEN, LISTED_FOR_S
+        from executions.breakers import OPEN as BREAKER_OPEN
         from executions.models import BreakerState
 
         recent = BreakerState.objects.filter(updated_at__gte=now - dt.timedelta(seconds=LISTED_FOR_S))
-        counts = {(ns, key, state): n for ns, key, state, n in
-                  recent.values_list("namespace_id", "key", "state").annotate(n=Count("id"))}
+        counts = {
+            (ns, key, state): n
+            for ns, key, state, n in recent.values_list("namespace_id", "key", "state").annotate(n=Count("id"))
+        }
         # Every state of every key, zeros included, so "== 0" alerts work.
         keys = sorted({(ns, key) for ns, key, _ in counts})
         yield _gauge(
-            "nodeflow_breakers", "Processes whose circuit breaker for a key is in a state (as last reported, "
-            "within the last five minutes).", ["namespace", "key", "state"],
-            [((names.get(ns, str(ns)), key, state), float(counts.get((ns, key, state), 0)))
-             for ns, key in keys for state in (CLOSED, BREAKER_OPEN, HALF_OPEN)],
+            "nodeflow_breakers",
+            "Processes whose circuit breaker for a key is in a state (as last reported, within the last five minutes).",
+            ["namespace", "key", "state"],
+            [
+                ((names.get(ns, str(ns)), key, state), float(counts.get((ns, key, state), 0)))
+                for ns, key in keys
+                for state in (CLOSED, BREAKER_OPEN, HALF_OPEN)
+            ],
         )
 
     def _lags(self, now: dt.datetime) -> Iterator[Metric]:
@@ -262,15 +304,24 @@ class DatabaseCollector:
         for lag_name, count_name, what, (lag, n) in (
             ("decider", "decide_requests_due", "decide requests", due(DecideRequest.objects.all(), "due_at")),
             ("timer", "timers_due", "timers", due(Timer.objects.all(), "due_at")),
-            ("lease_expiry", "leases_expired", "expired leases",
-             due(Task.objects.filter(status=TaskStatus.IN_PROGRESS), "lease_expires_at")),
+            (
+                "lease_expiry",
+                "leases_expired",
+                "expired leases",
+                due(Task.objects.filter(status=TaskStatus.IN_PROGRESS), "lease_expires_at"),
+            ),
         ):
-            yield _gauge(f"nodeflow_{lag_name}_lag_seconds", f"How overdue the oldest of the due {what} is (0: none).",
-                         [], [((), lag)])
+            yield _gauge(
+                f"nodeflow_{lag_name}_lag_seconds",
+                f"How overdue the oldest of the due {what} is (0: none).",
+                [],
+                [((), lag)],
+            )
             yield _gauge(f"nodeflow_{count_name}", f"How many {what} are due and not yet handled.", [], [((), n)])
 
 
 # --- GET /metrics -------------------------------------------------------------
+
 
 class _ThisProcess:
     """The default registry's metrics (single-process mode only)."""
@@ -303,9 +354,13 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     ``x-api-key``; anything else is a 401 that says how."""
     if settings.NODE_FLOW_METRICS_KEY and not _presents_metrics_key(request):
         return JsonResponse(
-            {"error": "UNAUTHENTICATED", "message": "GET /metrics needs NODE_FLOW_METRICS_KEY: send it as "
-                                                     "'Authorization: Bearer <key>' or in the x-api-key header"},
-            status=401, headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            {
+                "error": "UNAUTHENTICATED",
+                "message": "GET /metrics needs NODE_FLOW_METRICS_KEY: send it as "
+                "'Authorization: Bearer <key>' or in the x-api-key header",
+            },
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
     return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
 

@@ -1,4 +1,5 @@
 """Namespaces and API keys: who may do what, where."""
+
 from __future__ import annotations
 
 import hashlib

@@ -8,6 +8,7 @@ often from a deeper stack. A value that parses can still end in a
 RecursionError far from the request that brought it. The checks themselves
 (depth, text, finite numbers) are ``executions.json_values``.
 """
+
 from __future__ import annotations
 
 from typing import Any

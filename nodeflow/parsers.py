@@ -8,12 +8,13 @@ the field; see nodeflow.nesting. YAML
 also refuses aliases, whose shared nodes would multiply when the value is
 stored as JSON (a few hundred bytes can expand to gigabytes).
 """
+
 import yaml
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
-from nodeflow.errors import InvalidField
 from executions.json_values import is_storable, non_finite_at
+from nodeflow.errors import InvalidField
 from nodeflow.nesting import max_depth, too_deep
 
 
@@ -24,8 +25,10 @@ def _checked(value):
     if too_deep(value):
         raise ParseError(f"the body is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)")
     if not is_storable(value):
-        raise ParseError("the body holds a string that is not text: an unpaired UTF-16 surrogate "
-                         "(\\ud800-\\udfff) or a NUL (\\u0000)")
+        raise ParseError(
+            "the body holds a string that is not text: an unpaired UTF-16 surrogate "
+            "(\\ud800-\\udfff) or a NUL (\\u0000)"
+        )
     return value
 
 
@@ -49,7 +52,7 @@ class YAMLParser(parsers.BaseParser):
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            value = yaml.load(stream.read().decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+            value = yaml.load(stream.read().decode("utf-8"), Loader=_NoAliasLoader)
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ParseError(f"invalid YAML: {exc}") from exc
         except RecursionError as exc:  # the loader recurses once per nesting level

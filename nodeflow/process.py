@@ -22,6 +22,7 @@ a role command) before its first request or tick.
 
 Cycles are still collected: only later, and never through the frozen heap.
 """
+
 from __future__ import annotations
 
 import gc

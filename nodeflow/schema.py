@@ -1,5 +1,6 @@
 """drf-spectacular extensions: how our authentication and our errors appear
 in the OpenAPI schema."""
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
@@ -91,10 +92,10 @@ class ApiAutoSchema(AutoSchema):
             return responses  # open routes (health, schema) have no auth errors
         component = self._error_component()
         for code in _error_codes(self.method):
-            responses.setdefault(code, {
-                "description": ERROR_DESCRIPTIONS[code],
-                "content": {"application/json": {"schema": component.ref}},
-            })
+            responses.setdefault(
+                code,
+                {"description": ERROR_DESCRIPTIONS[code], "content": {"application/json": {"schema": component.ref}}},
+            )
         return responses
 
     def _error_component(self) -> ResolvedComponent:

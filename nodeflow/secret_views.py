@@ -1,5 +1,6 @@
 """``…/secrets``: a namespace's secrets (admin key). A value goes in and is
 never shown back: every answer carries the name and the times only."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
@@ -43,8 +44,11 @@ class SecretDetailView(NamespacedView):
     def get(self, request, ns, name):
         return Response(secret_view(secrets.get_secret(namespace=self.namespace, name=name)))
 
-    @extend_schema(summary="Create or replace a secret", request=SecretValueSerializer,
-                   responses={200: SecretSerializer, 201: SecretSerializer})
+    @extend_schema(
+        summary="Create or replace a secret",
+        request=SecretValueSerializer,
+        responses={200: SecretSerializer, 201: SecretSerializer},
+    )
     def put(self, request, ns, name):
         checked_name(name)
         body = SecretValueSerializer(data=request.data)

@@ -8,6 +8,7 @@ the environment, scoped the same way: ``NODE_FLOW_WEBHOOK_SECRETS`` keys
 ``"<namespace>/<name>"``, or ``NODE_FLOW_SECRET_<NAMESPACE>__<NAME>``
 (upper case, other characters as ``_``); a secret set through the API wins.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,10 +16,9 @@ import re
 
 from django.conf import settings
 
-from nodeflow import clock, named_rows
+from nodeflow import clock, named_rows, transactions
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace, Secret
-from nodeflow import transactions
 
 MAX_VALUE_LENGTH = 4096
 
@@ -49,7 +49,7 @@ def delete_secret(*, namespace: Namespace, name: str) -> None:
 
 def resolve(*, namespace: str, name: str) -> str | None:
     """The value of secret ``name`` of namespace ``namespace`` (by name), or None."""
-    value = (Secret.objects.filter(namespace__name=namespace, name=name).values_list("value", flat=True).first())
+    value = Secret.objects.filter(namespace__name=namespace, name=name).values_list("value", flat=True).first()
     if value:
         return value
     configured = settings.NODE_FLOW_WEBHOOK_SECRETS
@@ -61,6 +61,7 @@ def resolve(*, namespace: str, name: str) -> str | None:
 
 def environment_variable(*, namespace: str, name: str) -> str:
     """``NODE_FLOW_SECRET_<NAMESPACE>__<NAME>``: upper case, other characters as ``_``."""
+
     def part(text: str) -> str:
         return re.sub(r"[^A-Z0-9]", "_", text.upper())
 

@@ -3,6 +3,7 @@
 Every variable is documented in the README's configuration table. A ``.env``
 file at the project root is read when present; the real environment wins.
 """
+
 import hashlib
 import json
 import os
@@ -66,9 +67,9 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-            ],
+            ]
         },
-    },
+    }
 ]
 
 # --- Database ---------------------------------------------------------------
@@ -126,9 +127,7 @@ if PROMETHEUS_MULTIPROC_DIR:
 else:
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # set but empty would still mean "multi-process"
 
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
-]
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -192,6 +191,7 @@ NODE_FLOW_AUTH_FAILURES_PER_MINUTE = env.int("NODE_FLOW_AUTH_FAILURES_PER_MINUTE
 # Prometheus sends with bearer_token) or the x-api-key header.
 NODE_FLOW_METRICS_KEY = env("NODE_FLOW_METRICS_KEY", default="")
 
+
 # --- Engine -------------------------------------------------------------------
 def _gc_threshold(raw: str) -> tuple[int, ...]:
     try:
@@ -248,14 +248,23 @@ NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = env.float("NODE_FLOW_SYSTEM_TASK_LEASE_SEC
 # its lease is renewed; a shorter startToCloseTimeout of the task shortens it.
 NODE_FLOW_SYSTEM_TASK_CALL_SECONDS = env.float("NODE_FLOW_SYSTEM_TASK_CALL_SECONDS", default=120.0)
 if NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS <= 0 or NODE_FLOW_SYSTEM_TASK_CALL_SECONDS <= 0:
-    raise ImproperlyConfigured("NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS and NODE_FLOW_SYSTEM_TASK_CALL_SECONDS must be positive")
+    raise ImproperlyConfigured(
+        "NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS and NODE_FLOW_SYSTEM_TASK_CALL_SECONDS must be positive"
+    )
 # Outbound hosts: comma-separated CIDRs, addresses and host names (".example.com"
 # also matches subdomains), checked after DNS resolution. Deny wins; an empty
 # allow-list allows every host the deny-list does not refuse.
 NODE_FLOW_OUTBOUND_DENY = env.list(
     "NODE_FLOW_OUTBOUND_DENY",
-    default=["169.254.0.0/16", "fe80::/10", "169.254.169.254", "fd00:ec2::254", "100.100.100.200",
-             "metadata.google.internal", "metadata.goog"],
+    default=[
+        "169.254.0.0/16",
+        "fe80::/10",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "100.100.100.200",
+        "metadata.google.internal",
+        "metadata.goog",
+    ],
 )
 NODE_FLOW_OUTBOUND_ALLOW = env.list("NODE_FLOW_OUTBOUND_ALLOW", default=[])
 # Addresses that are not globally routable (loopback, private, link-local,

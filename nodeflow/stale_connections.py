@@ -11,6 +11,7 @@ a readable socket means the connection is gone. One ``poll()`` per
 connection, no round trip. A restart in the middle of a request still fails
 that request.
 """
+
 from __future__ import annotations
 
 import select

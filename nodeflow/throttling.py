@@ -9,6 +9,7 @@ allowance), in memory: a restart forgives. Successful requests are never
 counted. The clock is ``nodeflow.clock``, so tests move time instead of
 sleeping.
 """
+
 from __future__ import annotations
 
 import threading

@@ -13,6 +13,7 @@ wake-up per key however many rows a batch frees): a ContextVar set and
 reset around the block, whether it commits or rolls back, so no stale key
 outlives a rollback. Only Django's public API is used.
 """
+
 from __future__ import annotations
 
 import contextvars

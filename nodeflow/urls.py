@@ -1,4 +1,5 @@
 """Routes. The API lives under ``/v1/ns/{ns}/``; see SPEC.md."""
+
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView

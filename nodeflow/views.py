@@ -1,4 +1,5 @@
 """Shared view bases and the service endpoints (health)."""
+
 from __future__ import annotations
 
 from django.conf import settings

@@ -1,4 +1,5 @@
 """WSGI entry point: ``gunicorn nodeflow.wsgi`` (and ``nodeflow_run``'s server)."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

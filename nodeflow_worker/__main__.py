@@ -6,6 +6,7 @@
 The module builds a ``Worker`` and registers its functions; this imports it
 (from the current directory too) and runs it until SIGTERM/SIGINT.
 """
+
 from __future__ import annotations
 
 import argparse

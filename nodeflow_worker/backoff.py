@@ -1,4 +1,5 @@
 """Which HTTP failures are worth retrying, and how long to wait between tries."""
+
 from __future__ import annotations
 
 import random
@@ -26,7 +27,7 @@ class Backoff:
         self.tries = 0
 
     def next_delay(self) -> float:
-        ceiling = min(self.max_s, self.first_s * self.factor ** self.tries)
+        ceiling = min(self.max_s, self.first_s * self.factor**self.tries)
         self.tries += 1
         return random.uniform(ceiling / 2, ceiling)
 

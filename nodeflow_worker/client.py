@@ -5,6 +5,7 @@ Thin on purpose: one call is one request, errors are raised as they come
 ``httpx.TransportError`` when the server cannot be reached). Retrying is the
 caller's choice; ``nodeflow_worker.Worker`` retries what is transient.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -46,20 +47,33 @@ class LeasedTask:
     @classmethod
     def from_json(cls, body: dict) -> LeasedTask:
         return cls(
-            task_id=body["taskId"], execution_id=body["executionId"], task_type=body["taskType"],
-            input=body["inputData"], attempt=body["attempt"], idempotency_key=body["idempotencyKey"],
-            lease_token=body["leaseToken"], raw=body, reference_task_name=body.get("referenceTaskName", ""),
+            task_id=body["taskId"],
+            execution_id=body["executionId"],
+            task_type=body["taskType"],
+            input=body["inputData"],
+            attempt=body["attempt"],
+            idempotency_key=body["idempotencyKey"],
+            lease_token=body["leaseToken"],
+            raw=body,
+            reference_task_name=body.get("referenceTaskName", ""),
             lease_expires_at=parse_time(body.get("leaseExpiresAt")),
         )
 
 
 def result_body(
-    task: LeasedTask, status: str, *, output: dict | None = None, reason: str = "", logs: list | None = None,
+    task: LeasedTask,
+    status: str,
+    *,
+    output: dict | None = None,
+    reason: str = "",
+    logs: list | None = None,
     callback_after_s: float = 0.0,
 ) -> dict:
     """One result as the API takes it, clipped to the server's limits."""
     body: dict[str, Any] = {
-        "leaseToken": task.lease_token, "status": status, "outputData": output or {},
+        "leaseToken": task.lease_token,
+        "status": status,
+        "outputData": output or {},
         "reasonForIncompletion": reason[:MAX_REASON_CHARS],
     }
     if logs:
@@ -76,7 +90,9 @@ class Client:
     def __init__(self, base_url: str, api_key: str, namespace: str = "default", *, timeout_s: float = 40.0) -> None:
         self.namespace = namespace
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers={"x-api-key": api_key}, timeout=timeout_s,
+            base_url=base_url.rstrip("/"),
+            headers={"x-api-key": api_key},
+            timeout=timeout_s,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
         )
 
@@ -97,7 +113,9 @@ class Client:
 
     def heartbeat(self, task: LeasedTask, progress: Any = None) -> dict:
         """Extend the lease; the answer carries the new ``leaseExpiresAt``."""
-        return self._post(f"tasks/{task.task_id}/heartbeat", {"leaseToken": task.lease_token, "progress": progress}).json()
+        return self._post(
+            f"tasks/{task.task_id}/heartbeat", {"leaseToken": task.lease_token, "progress": progress}
+        ).json()
 
     def complete(self, task: LeasedTask, output: dict | None = None) -> dict:
         return self.result(task, "COMPLETED", output=output)
@@ -107,7 +125,13 @@ class Client:
         return self.result(task, status, output=output, reason=reason)
 
     def result(
-        self, task: LeasedTask, status: str, *, output: dict | None = None, reason: str = "", logs: list | None = None,
+        self,
+        task: LeasedTask,
+        status: str,
+        *,
+        output: dict | None = None,
+        reason: str = "",
+        logs: list | None = None,
         callback_after_s: float = 0.0,
     ) -> dict:
         body = result_body(task, status, output=output, reason=reason, logs=logs, callback_after_s=callback_after_s)
@@ -115,8 +139,9 @@ class Client:
 
     def results(self, items: list[tuple[LeasedTask, str, dict]]) -> list[dict]:
         """Report many at once: [(task, status, output)] → one answer each."""
-        return self.post_results([{"taskId": task.task_id, **result_body(task, status, output=output)}
-                                  for task, status, output in items])
+        return self.post_results(
+            [{"taskId": task.task_id, **result_body(task, status, output=output)} for task, status, output in items]
+        )
 
     def post_results(self, bodies: list[dict]) -> list[dict]:
         """The batch route with ready-made bodies (``result_body`` plus ``taskId``), up to 100."""

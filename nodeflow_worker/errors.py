@@ -6,6 +6,7 @@ function name an error code, which leads ``reasonForIncompletion`` (so a
 definition's ``nonRetryableErrors`` can match it) and carry output.
 ``TerminalError`` ends the task ``FAILED_WITH_TERMINAL_ERROR``: never retried.
 """
+
 from __future__ import annotations
 
 

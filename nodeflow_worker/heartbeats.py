@@ -8,6 +8,7 @@ waits longer than ``max_interval_s``, which also bounds how late a canceled
 task is noticed. Leases are read as instants on this machine's clock: keep
 worker and server clocks synchronised (NTP), as with any lease.
 """
+
 from __future__ import annotations
 
 import datetime as dt

@@ -6,6 +6,7 @@ with backoff for up to ``retry_for_s``; after that the result is given up and
 the server re-delivers the task when its lease runs out. A 409 (lease lost,
 task canceled) drops the result: the server has already moved on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,8 +38,14 @@ class Report:
     done: Callable[[], None] = lambda: None  # called once, when sent or given up
 
     def body(self) -> dict:
-        return result_body(self.task.leased, self.status, output=self.output, reason=self.reason, logs=self.logs,
-                           callback_after_s=self.callback_after_s)
+        return result_body(
+            self.task.leased,
+            self.status,
+            output=self.output,
+            reason=self.reason,
+            logs=self.logs,
+            callback_after_s=self.callback_after_s,
+        )
 
 
 class Reporter:
@@ -91,9 +98,16 @@ class Reporter:
 
     def _send_one(self, report: Report) -> None:
         try:
-            self._with_retries(lambda: self.client.result(
-                report.task.leased, report.status, output=report.output, reason=report.reason, logs=report.logs,
-                callback_after_s=report.callback_after_s))
+            self._with_retries(
+                lambda: self.client.result(
+                    report.task.leased,
+                    report.status,
+                    output=report.output,
+                    reason=report.reason,
+                    logs=report.logs,
+                    callback_after_s=report.callback_after_s,
+                )
+            )
         except StaleLease as exc:
             log.warning("%r: result dropped (%s)", report.task, exc)
         except httpx.HTTPStatusError as exc:
@@ -116,7 +130,7 @@ class Reporter:
         except Exception as exc:  # noqa: BLE001 - as in _send_one
             log.error("could not report %d results (%s); the server will re-deliver them", len(reports), exc)
             return
-        for report, answer in zip(reports, answers):
+        for report, answer in zip(reports, answers, strict=False):
             if answer.get("status") != 200:
                 log.warning("%r: result dropped (%s)", report.task, answer.get("message") or answer.get("error"))
 

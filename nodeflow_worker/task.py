@@ -1,4 +1,5 @@
 """The task a registered function receives."""
+
 from __future__ import annotations
 
 import datetime as dt

@@ -16,6 +16,7 @@ by one reporter thread, batched when several finish together (``reporter``).
 ``stop()`` (or SIGTERM/SIGINT in ``run()``) stops polling, lets the tasks in
 flight finish and report, and returns; a second signal exits at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,10 +74,18 @@ class Worker:
     """Polls the queues of its registered functions and runs their tasks."""
 
     def __init__(
-        self, base_url: str = "", api_key: str = "", namespace: str = "default", *,
-        concurrency: int = DEFAULT_CONCURRENCY, worker_id: str | None = None,
-        poll_wait_s: float = DEFAULT_POLL_WAIT_S, max_heartbeat_interval_s: float = 30.0,
-        batch_results: bool = True, report_retry_s: float = 60.0, client: Client | None = None,
+        self,
+        base_url: str = "",
+        api_key: str = "",
+        namespace: str = "default",
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_id: str | None = None,
+        poll_wait_s: float = DEFAULT_POLL_WAIT_S,
+        max_heartbeat_interval_s: float = 30.0,
+        batch_results: bool = True,
+        report_retry_s: float = 60.0,
+        client: Client | None = None,
     ) -> None:
         if client is None and not (base_url and api_key):
             raise ValueError("give base_url and api_key, or a client")
@@ -138,8 +147,9 @@ class Worker:
         self._heartbeats.start()
         self._reporter.start()
         for queue in self._queues.values():
-            queue.thread = threading.Thread(target=self._poll_loop, args=(queue,), name=f"nodeflow-poll-{queue.name}",
-                                            daemon=True)
+            queue.thread = threading.Thread(
+                target=self._poll_loop, args=(queue,), name=f"nodeflow-poll-{queue.name}", daemon=True
+            )
             queue.thread.start()
         queues = ", ".join(f"{q.name}×{q.concurrency}" for q in self._queues.values())
         log.info("worker %s polling %s", self.worker_id, queues)
@@ -221,7 +231,9 @@ class Worker:
         if self._stopping.is_set():
             log.warning("second signal: exiting now, abandoning %d task(s) in flight", self.in_flight)
             raise SystemExit(128 + signum)
-        log.info("signal %d: stopping; finishing %d task(s) in flight (a second signal exits now)", signum, self.in_flight)
+        log.info(
+            "signal %d: stopping; finishing %d task(s) in flight (a second signal exits now)", signum, self.in_flight
+        )
         self._request_stop()
 
     # --- polling -----------------------------------------------------------
@@ -238,8 +250,12 @@ class Worker:
                     self._give_up(queue, exc)
                     return
                 # Loud once per outage, quieter while it lasts.
-                log.log(logging.WARNING if backoff.tries == 0 else logging.INFO,
-                        "polling %s failed (%s); trying again", queue.name, exc)
+                log.log(
+                    logging.WARNING if backoff.tries == 0 else logging.INFO,
+                    "polling %s failed (%s); trying again",
+                    queue.name,
+                    exc,
+                )
                 backoff.wait(self._stopping)
                 continue
             backoff.reset()
@@ -266,12 +282,14 @@ class Worker:
         task = Task(leased, self)
         if self._stopping.is_set():
             log.info("%r arrived while stopping; handing it back", task)
-            self._reporter.submit(Report(task, "IN_PROGRESS", callback_after_s=GIVE_BACK_AFTER_S,
-                                         done=lambda: self._release(queue)))
+            self._reporter.submit(
+                Report(task, "IN_PROGRESS", callback_after_s=GIVE_BACK_AFTER_S, done=lambda: self._release(queue))
+            )
             return
         self._heartbeats.add(task)
-        threading.Thread(target=self._execute, args=(queue, task), name=f"nodeflow-{queue.name}-{task.task_id[:8]}",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._execute, args=(queue, task), name=f"nodeflow-{queue.name}-{task.task_id[:8]}", daemon=True
+        ).start()
 
     def _execute(self, queue: _Queue, task: Task) -> None:
         try:
@@ -279,8 +297,9 @@ class Worker:
         finally:
             self._heartbeats.remove(task)
         if task.lease_lost.is_set():
-            log.warning("%r: dropping its %s result: the task is no longer ours (%s)", task, report.status,
-                        task.lost_reason)
+            log.warning(
+                "%r: dropping its %s result: the task is no longer ours (%s)", task, report.status, task.lost_reason
+            )
             self._release(queue)
             return
         report.done = lambda: self._release(queue)
@@ -306,12 +325,17 @@ def run_function(fn: TaskFunction, task: Task) -> Report:
         status = "FAILED_WITH_TERMINAL_ERROR" if exc.terminal else "FAILED"
         output = {**exc.output, "error": {"code": exc.code, "message": exc.message}}
         return _checked(Report(task, status, output=output, reason=exc.reason, logs=task.logs))
-    except BaseException as exc:  # noqa: BLE001 - whatever a function raises fails its attempt, never the worker
+    except BaseException as exc:
         log.warning("%r failed", task, exc_info=True)
         task.log(traceback.format_exc()[-MAX_TRACEBACK_CHARS:])
         reason = f"{type(exc).__name__}: {exc}"
-        return Report(task, "FAILED", output={"error": {"type": type(exc).__name__, "message": str(exc)}},
-                      reason=reason, logs=task.logs)
+        return Report(
+            task,
+            "FAILED",
+            output={"error": {"type": type(exc).__name__, "message": str(exc)}},
+            reason=reason,
+            logs=task.logs,
+        )
     return _checked(Report(task, "COMPLETED", output=as_output(value), logs=task.logs))
 
 

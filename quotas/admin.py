@@ -1,6 +1,7 @@
 """Admin for controls. Changes go through the services (``quotas.semaphores``,
 ``quotas.schedules``), never by writing shared rows directly; the rest
 (admission tickets, rate windows, polls) is read-only bookkeeping."""
+
 from django.contrib import admin
 
 from metadata.admin import DeletesThroughService
@@ -41,15 +42,30 @@ class SemaphoreHolderAdmin(OperateMixin, ReadOnlyAdmin):
 
 @admin.register(NamespaceQuota)
 class NamespaceQuotaAdmin(ReadOnlyAdmin):
-    list_display = ("namespace", "max_concurrent_executions", "max_executions_per_minute",
-                    "max_workflow_definitions", "max_schedules", "updated_at")
+    list_display = (
+        "namespace",
+        "max_concurrent_executions",
+        "max_executions_per_minute",
+        "max_workflow_definitions",
+        "max_schedules",
+        "updated_at",
+    )
     list_select_related = ("namespace",)
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(OperateMixin, DeletesThroughService):
-    list_display = ("name", "namespace", "cron", "timezone", "workflow_name", "paused", "next_fire_at",
-                    "last_fired_at", "last_error")
+    list_display = (
+        "name",
+        "namespace",
+        "cron",
+        "timezone",
+        "workflow_name",
+        "paused",
+        "next_fire_at",
+        "last_fired_at",
+        "last_error",
+    )
     list_filter = ("namespace", "paused")
     list_select_related = ("namespace",)
     search_fields = ("name", "workflow_name")
@@ -61,8 +77,12 @@ class ScheduleAdmin(OperateMixin, DeletesThroughService):
             schedules.set_paused(namespace=row.namespace, name=row.name, paused=paused)
             return "paused" if paused else "resumed"
 
-        report_each(request, list(queryset.select_related("namespace")), call=act,
-                    label=lambda row: f"schedule {row.namespace.name}/{row.name}")
+        report_each(
+            request,
+            list(queryset.select_related("namespace")),
+            call=act,
+            label=lambda row: f"schedule {row.namespace.name}/{row.name}",
+        )
 
     @admin.action(description="Pause the selected schedules", permissions=["operate"])
     def pause(self, request, queryset) -> None:

@@ -20,6 +20,7 @@ same, and lines up in its bucket, if it has one, when it leaves.
 Retry and restart line up like a start (``place_reopened``); a retry's new
 attempts are held while the run waits, and released when it is admitted.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -45,11 +46,19 @@ def admission_key(*, workflow: dict, execution: Execution) -> str | None:
     if not config:
         return None
     expression = config["rateLimitKey"]
-    context = {"workflow": {
-        "input": execution.input, "variables": execution.variables, "output": {},
-        "executionId": str(execution.id), "workflowId": str(execution.id), "correlationId": execution.correlation_id,
-        "name": execution.name, "version": execution.version, "parentExecutionId": None,
-    }}
+    context = {
+        "workflow": {
+            "input": execution.input,
+            "variables": execution.variables,
+            "output": {},
+            "executionId": str(execution.id),
+            "workflowId": str(execution.id),
+            "correlationId": execution.correlation_id,
+            "name": execution.name,
+            "version": execution.version,
+            "parentExecutionId": None,
+        }
+    }
     value: Any = resolve(expression, context)
     if value is None or value == "":
         value = expression
@@ -103,8 +112,11 @@ def take_ticket(*, execution: Execution, admitted: bool) -> None:
     if not execution.active:
         return
     Admission.objects.create(
-        namespace_id=execution.namespace_id, bucket=_line_of(execution),
-        execution=execution, admitted=admitted, created_at=clock.now(),
+        namespace_id=execution.namespace_id,
+        bucket=_line_of(execution),
+        execution=execution,
+        admitted=admitted,
+        created_at=clock.now(),
     )
 
 
@@ -113,8 +125,11 @@ def place_reopened(*, execution: Execution, admitted: bool | None, now: dt.datet
     restart reopened (locked, RUNNING again): its admission fields and its
     ticket. While it waits in line, a retry's new attempts are inserted
     held (lifecycle): ``admit`` releases them."""
-    runs.update(execution, {"awaiting_admission": execution.awaiting_admission,
-                            "admission_key": execution.admission_key}, now=now)
+    runs.update(
+        execution,
+        {"awaiting_admission": execution.awaiting_admission, "admission_key": execution.admission_key},
+        now=now,
+    )
     if admitted is not None:
         take_ticket(execution=execution, admitted=admitted)
 
@@ -189,4 +204,3 @@ def use_of(execution: Execution) -> tuple[int, int]:
 def waiting_since(execution: Execution) -> dt.datetime | None:
     """When the execution took its place in line (None: it has no ticket)."""
     return Admission.objects.filter(execution_id=execution.id).values_list("created_at", flat=True).first()
-

@@ -12,6 +12,7 @@ queues known to have controls, and ``cached_controls`` (up to
 ``HINT_CACHE_S`` old) serves wake-ups and diagnostics, which are hints;
 a task-definition change clears it in the process that made it.
 """
+
 from __future__ import annotations
 
 import threading

@@ -12,6 +12,7 @@ a busy worker costs one small write every few seconds, not one per poll. A
 system-task runner (the role, or a Celery worker) records itself the same
 way, in every namespace, as polling the pseudo-queue ``@system:<threads>``.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -79,7 +80,9 @@ def _upsert_polls(namespace_ids: Iterable[int], queue: str, worker_id: str, key:
     try:
         WorkerPoll.objects.bulk_create(
             [WorkerPoll(namespace_id=pk, queue=queue, worker_id=worker_id, last_poll_at=now) for pk in namespace_ids],
-            update_conflicts=True, unique_fields=["namespace", "queue", "worker_id"], update_fields=["last_poll_at"],
+            update_conflicts=True,
+            unique_fields=["namespace", "queue", "worker_id"],
+            update_fields=["last_poll_at"],
         )
     except DatabaseError:
         log.warning("could not record a poll of %s by %s", queue, worker_id, exc_info=True)
@@ -198,11 +201,15 @@ def runner_use(*, namespace_id: int, now: dt.datetime) -> RunnerUse:
     horizon = now - dt.timedelta(seconds=NO_POLLERS_S)
     polls = WorkerPoll.objects.filter(namespace_id=namespace_id, queue__startswith=f"{SYSTEM_QUEUE}:")
     seen = list(polls.values_list("queue", "worker_id", "last_poll_at"))
-    live = {worker: int(threads) for queue, worker, at in seen
-            if at >= horizon and (threads := queue.rpartition(":")[2]).isdigit()}
+    live = {
+        worker: int(threads)
+        for queue, worker, at in seen
+        if at >= horizon and (threads := queue.rpartition(":")[2]).isdigit()
+    }
     last = max((at for _, _, at in seen), default=None)
     if not live:
         return RunnerUse(last, 0, 0)
-    flying = Task.objects.filter(status=TaskStatus.IN_PROGRESS, kind="system", worker_id__in=list(live),
-                                 lease_expires_at__gt=now).count()
+    flying = Task.objects.filter(
+        status=TaskStatus.IN_PROGRESS, kind="system", worker_id__in=list(live), lease_expires_at__gt=now
+    ).count()
     return RunnerUse(last, sum(live.values()), flying)

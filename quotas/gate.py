@@ -16,6 +16,7 @@ every process; ``charge`` books what was leased before the transaction
 commits and the locks go; ``task_left`` releases what a task held when it
 leaves IN_PROGRESS, by whatever path, and wakes whoever waits for it.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -74,7 +75,7 @@ def in_flight(*, namespace_id: int, queue: str) -> int:
     """Worker and system tasks of the definition ``queue`` IN_PROGRESS
     (the index task_in_flight)."""
     return Task.objects.filter(
-        namespace_id=namespace_id, task_def_name=queue, status=TaskStatus.IN_PROGRESS, kind__in=DISPATCHED,
+        namespace_id=namespace_id, task_def_name=queue, status=TaskStatus.IN_PROGRESS, kind__in=DISPATCHED
     ).count()
 
 
@@ -88,12 +89,23 @@ def open_gate(*, namespace_id: int, queue: str, want: int, now: dt.datetime | No
         locks.lock_name(locks.queue_lock(namespace_id, queue))
     # A look (diagnostics) takes the short hint cache; a task-definition
     # change clears it in the process that made it (metadata.taskdefs).
-    controls = read_controls(namespace_id=namespace_id, name=queue) if lock else cached_controls(namespace_id=namespace_id, name=queue)
-    configured = semaphores.configured(namespace_id=namespace_id, names=controls.semaphores, lock=lock) if controls.semaphores else []
+    controls = (
+        read_controls(namespace_id=namespace_id, name=queue)
+        if lock
+        else cached_controls(namespace_id=namespace_id, name=queue)
+    )
+    configured = (
+        semaphores.configured(namespace_id=namespace_id, names=controls.semaphores, lock=lock)
+        if controls.semaphores
+        else []
+    )
     now = now or clock.now()
     # Counted by statements after the locks, so they see the last holder's commit.
-    rooms = (*_cap_room(namespace_id, queue, controls), *_rate_room(namespace_id, queue, controls, now),
-             *_semaphore_rooms(configured, now))
+    rooms = (
+        *_cap_room(namespace_id, queue, controls),
+        *_rate_room(namespace_id, queue, controls, now),
+        *_semaphore_rooms(configured, now),
+    )
     return Gate(controls, max(0, min([want, *(room.free for room in rooms)])), now, rooms)
 
 
@@ -111,15 +123,19 @@ def _rate_room(namespace_id: int, queue: str, controls: Controls, now: dt.dateti
     start = rate_limits.window_start(now, controls.rate_window_s)
     used = rate_limits.used_in(namespace_id=namespace_id, key=queue, start=start)
     until = rate_limits.window_end(start, controls.rate_window_s)
-    return [Room(controls.rate_limit - used, Blocker("rateLimit", controls.rate_limit, used, until), window_start=start)]
+    return [
+        Room(controls.rate_limit - used, Blocker("rateLimit", controls.rate_limit, used, until), window_start=start)
+    ]
 
 
 def _semaphore_rooms(configured: list[tuple[int, str, int]], now: dt.datetime) -> list[Room]:
     if not configured:
         return []
     held = semaphores.held_counts([pk for pk, _, _ in configured], now)
-    return [Room(permits - held.get(pk, 0), Blocker(f"semaphore:{name}", permits, held.get(pk, 0)), semaphore_id=pk)
-            for pk, name, permits in configured]
+    return [
+        Room(permits - held.get(pk, 0), Blocker(f"semaphore:{name}", permits, held.get(pk, 0)), semaphore_id=pk)
+        for pk, name, permits in configured
+    ]
 
 
 def task_left(task: Task) -> None:
@@ -150,8 +166,9 @@ def _system_tasks_wait(namespace_id: int, name: str, controls: Controls) -> bool
     once per transaction: a batch of results frees one key once."""
     if not notify.first_in_transaction(f"system-waits:{namespace_id}:{name}"):
         return False
-    ready = Task.objects.filter(namespace_id=namespace_id, kind="system", status=TaskStatus.SCHEDULED, held=False,
-                                available_at__lte=clock.now())
+    ready = Task.objects.filter(
+        namespace_id=namespace_id, kind="system", status=TaskStatus.SCHEDULED, held=False, available_at__lte=clock.now()
+    )
     if not controls.semaphores:
         ready = ready.filter(task_def_name=name)
     return ready.exists()

@@ -8,6 +8,7 @@ Read what the lock protects in a statement *after* taking it: under READ
 COMMITTED a statement's snapshot is taken when it starts, so counts read by
 the statement that waited for the lock could predate the holder's commit.
 """
+
 from __future__ import annotations
 
 from django.db import connection

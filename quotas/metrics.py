@@ -1,5 +1,6 @@
 """Prometheus counters for the controls, served by ``GET /metrics`` with the
 others (``nodeflow.metrics``; multi-process like them, docs/metrics.md)."""
+
 from __future__ import annotations
 
 from prometheus_client import Counter

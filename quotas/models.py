@@ -6,6 +6,7 @@ Everything here is committed state: a process that dies holds nothing that
 is not in these tables, and a holder whose task's lease ran out stops
 counting at once (the sweeper only tidies the rows away).
 """
+
 from __future__ import annotations
 
 from django.db import models
@@ -150,9 +151,7 @@ class WorkerPoll(models.Model):
     last_poll_at = models.DateTimeField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["namespace", "queue", "worker_id"], name="worker_poll_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["namespace", "queue", "worker_id"], name="worker_poll_unique")]
 
     def __str__(self) -> str:
         return f"{self.worker_id or '(anonymous)'} on {self.queue}"

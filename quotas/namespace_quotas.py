@@ -8,6 +8,7 @@ namespace without a quota row takes no lock at all. Absent is unlimited.
 Only root runs count for ``maxConcurrentExecutions``: a SUB_WORKFLOW child
 runs under its root's admission.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -44,7 +45,9 @@ def set_quotas(*, namespace: Namespace, values: dict[str, int | None]) -> dict[s
     fields = {column: values.get(name) for name, column in QUOTAS.items()}
     NamespaceQuota.objects.bulk_create(
         [NamespaceQuota(namespace=namespace, updated_at=clock.now(), **fields)],
-        update_conflicts=True, unique_fields=["namespace"], update_fields=[*fields, "updated_at"],
+        update_conflicts=True,
+        unique_fields=["namespace"],
+        update_fields=[*fields, "updated_at"],
     )
     _remember(namespace.id, fields["max_concurrent_executions"])
     return get_quotas(namespace=namespace)
@@ -86,7 +89,8 @@ def limits_concurrency(namespace_id: int) -> bool:
         return hint[1]
     limit = (
         NamespaceQuota.objects.filter(namespace_id=namespace_id)
-        .values_list("max_concurrent_executions", flat=True).first()
+        .values_list("max_concurrent_executions", flat=True)
+        .first()
     )
     _remember(namespace_id, limit)
     return limit is not None
@@ -97,7 +101,9 @@ def active_roots(namespace_id: int, *, name: str | None = None, held: bool = Tru
     what ``maxConcurrentExecutions`` counts, as quota and as a definition's
     cap. Runs awaiting admission are RUNNING and count; ``held=False``
     leaves out the held engine starts, as re-checking their line does."""
-    runs = Execution.objects.filter(namespace_id=namespace_id, status__in=ACTIVE_EXECUTION, parent_execution__isnull=True)
+    runs = Execution.objects.filter(
+        namespace_id=namespace_id, status__in=ACTIVE_EXECUTION, parent_execution__isnull=True
+    )
     if name is not None:
         runs = runs.filter(name=name)
     current = runs.count()
@@ -110,7 +116,10 @@ def active_roots(namespace_id: int, *, name: str | None = None, held: bool = Tru
 def _refusal(quota: str, limit: int, current: int, retry_after_s: float, what: str) -> QuotaExceeded:
     return QuotaExceeded(
         f"namespace quota {quota} ({limit}) reached: {current} {what}",
-        quota=quota, limit=limit, current=current, retryAfterSeconds=round(retry_after_s, 3),
+        quota=quota,
+        limit=limit,
+        current=current,
+        retryAfterSeconds=round(retry_after_s, 3),
     )
 
 
@@ -121,7 +130,7 @@ def _refuse(quota: str, limit: int, current: int, retry_after_s: float, what: st
 
 
 def start_refusal(
-    *, namespace_id: int, now: dt.datetime, held: bool = True, lock: bool = True,
+    *, namespace_id: int, now: dt.datetime, held: bool = True, lock: bool = True
 ) -> tuple[NamespaceQuota | None, QuotaExceeded | None]:
     """(the namespace's quotas, the refusal a root run becoming RUNNING now
     meets: over maxConcurrentExecutions or maxExecutionsPerMinute, or None).

@@ -7,6 +7,7 @@ moves the row on to a new window. A fixed window can admit up to twice the
 limit across a boundary; the alternative (a sliding window) needs a
 timestamp per event. Completing a task gives nothing back.
 """
+
 from __future__ import annotations
 
 import datetime as dt

@@ -9,6 +9,7 @@ maxConcurrentExecutions) is recorded on the schedule as ``lastError`` and
 ``lastRefusal`` and that firing is skipped. Firings missed while no
 scheduler ran are not replayed: the next firing is the first after now.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -24,7 +25,6 @@ from nodeflow.errors import ApiError, InvalidField, LimitExceeded, NotFound, Quo
 from nodeflow.models import Namespace
 from quotas import namespace_quotas
 from quotas.models import Schedule
-
 
 FIELDS = ("cron", "timezone", "workflow_name", "version", "input", "paused")
 
@@ -100,8 +100,12 @@ def fire_next_schedule() -> bool:
     firing (``nodeflow.claims``)."""
     now = clock.now()
     return claims.claim_one(
-        claim=lambda: (Schedule.objects.filter(paused=False, next_fire_at__lte=now)
-                       .order_by("next_fire_at").select_for_update(skip_locked=True).first()),
+        claim=lambda: (
+            Schedule.objects.filter(paused=False, next_fire_at__lte=now)
+            .order_by("next_fire_at")
+            .select_for_update(skip_locked=True)
+            .first()
+        ),
         work=lambda schedule: _fire(schedule, now, _start(schedule, now)),
         back_off=lambda schedule, exc: _fire(schedule, now, {"last_error": f"internal error: {exc}"}),
         what=lambda schedule: f"schedule {schedule.name} ({schedule.id}) of {schedule.workflow_name}",
@@ -113,7 +117,9 @@ def _fire(schedule: Schedule, now: dt.datetime, outcome: dict) -> None:
     due = schedule.next_fire_at
     fields = {
         "next_fire_at": next_fire(cron=schedule.cron, timezone=schedule.timezone, after=max(now, due)),
-        "last_fired_at": now, "updated_at": now, **outcome,
+        "last_fired_at": now,
+        "updated_at": now,
+        **outcome,
     }
     Schedule.objects.filter(pk=schedule.pk, next_fire_at=due).update(**fields)
 
@@ -125,8 +131,10 @@ def _start(schedule: Schedule, now: dt.datetime) -> dict:
     try:
         with transaction.atomic():
             execution, _ = lifecycle.start_execution(
-                namespace=Namespace.objects.get(pk=schedule.namespace_id), name=schedule.workflow_name,
-                version=schedule.version, input=dict(schedule.input or {}),
+                namespace=Namespace.objects.get(pk=schedule.namespace_id),
+                name=schedule.workflow_name,
+                version=schedule.version,
+                input=dict(schedule.input or {}),
                 idempotency_key=f"schedule:{schedule.id}:{due.isoformat()}",
             )
         return {"last_execution_id": execution.id, "last_error": "", "last_refusal": None}

@@ -7,6 +7,7 @@ finished task frees its permits in the same commit as its result, and a
 crashed worker's permits free themselves when its lease runs out. The
 sweeper then deletes holders that stopped counting (tidiness, not safety).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,10 +17,9 @@ from django.db.models import Count
 
 from executions import notify
 from executions.models import Task, TaskStatus
-from nodeflow import clock, named_rows
+from nodeflow import clock, named_rows, transactions
 from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
-from nodeflow import transactions
 from quotas.models import Semaphore, SemaphoreHolder
 
 # A holder younger than this is never swept: its lease may be committing now.
@@ -64,19 +64,27 @@ def hold(*, semaphore_ids: tuple[int, ...], tasks: list[Task], worker_id: str, n
     """Record that each leased task holds every semaphore (all or nothing:
     the caller leased only as many as every semaphore had room for)."""
     SemaphoreHolder.objects.bulk_create(
-        [SemaphoreHolder(semaphore_id=sid, task_id=task.id, worker_id=worker_id, acquired_at=now)
-         for sid in semaphore_ids for task in tasks],
-        update_conflicts=True, unique_fields=["semaphore", "task"], update_fields=["worker_id", "acquired_at"],
+        [
+            SemaphoreHolder(semaphore_id=sid, task_id=task.id, worker_id=worker_id, acquired_at=now)
+            for sid in semaphore_ids
+            for task in tasks
+        ],
+        update_conflicts=True,
+        unique_fields=["semaphore", "task"],
+        update_fields=["worker_id", "acquired_at"],
     )
 
 
 # --- services for the API and the admin --------------------------------------
 
+
 def set_semaphore(*, namespace: Namespace, name: str, permits: int) -> tuple[Semaphore, bool]:
     """Create or change a semaphore; (row, created). More permits wake the
     queues waiting on it."""
     with transactions.outermost():
-        created = named_rows.put(Semaphore, namespace=namespace, name=name, values={"permits": permits}, now=clock.now())
+        created = named_rows.put(
+            Semaphore, namespace=namespace, name=name, values={"permits": permits}, now=clock.now()
+        )
         notify.semaphore_freed(namespace.id, name)
     return get_semaphore(namespace=namespace, name=name), created
 

@@ -1,4 +1,5 @@
 """Request and response shapes for controls, quotas, schedules and queues."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -28,9 +29,13 @@ def semaphore_view(use: SemaphoreUse) -> dict:
 def holder_view(holder: SemaphoreHolder) -> dict:
     task = holder.task
     return {
-        "holderId": holder.id, "taskId": str(task.id), "executionId": str(task.execution_id),
-        "taskType": task.task_def_name, "workerId": holder.worker_id or None,
-        "acquiredAt": iso(holder.acquired_at), "leaseExpiresAt": iso(task.lease_expires_at),
+        "holderId": holder.id,
+        "taskId": str(task.id),
+        "executionId": str(task.execution_id),
+        "taskType": task.task_def_name,
+        "workerId": holder.worker_id or None,
+        "acquiredAt": iso(holder.acquired_at),
+        "leaseExpiresAt": iso(task.lease_expires_at),
     }
 
 
@@ -65,19 +70,29 @@ class ScheduleSerializer(StrictSerializer):
 
 def schedule_view(schedule: Schedule) -> dict:
     return {
-        "name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
-        "workflowName": schedule.workflow_name, "version": schedule.version, "input": schedule.input,
-        "paused": schedule.paused, "nextFireAt": None if schedule.paused else iso(schedule.next_fire_at),
+        "name": schedule.name,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "workflowName": schedule.workflow_name,
+        "version": schedule.version,
+        "input": schedule.input,
+        "paused": schedule.paused,
+        "nextFireAt": None if schedule.paused else iso(schedule.next_fire_at),
         "lastFiredAt": iso(schedule.last_fired_at),
         "lastExecutionId": str(schedule.last_execution_id) if schedule.last_execution_id else None,
-        "lastError": schedule.last_error or None, "lastRefusal": schedule.last_refusal,
-        "createdAt": iso(schedule.created_at), "updatedAt": iso(schedule.updated_at),
+        "lastError": schedule.last_error or None,
+        "lastRefusal": schedule.last_refusal,
+        "createdAt": iso(schedule.created_at),
+        "updatedAt": iso(schedule.updated_at),
     }
 
 
 def workers_view(rows: list[dict]) -> list[dict]:
     return [
-        {"workerId": row["workerId"], "lastPollAt": iso(row["lastPollAt"]),
-         "queues": [{"taskType": q["taskType"], "lastPollAt": iso(q["lastPollAt"])} for q in row["queues"]]}
+        {
+            "workerId": row["workerId"],
+            "lastPollAt": iso(row["lastPollAt"]),
+            "queues": [{"taskType": q["taskType"], "lastPollAt": iso(q["lastPollAt"])} for q in row["queues"]],
+        }
         for row in rows
     ]

@@ -19,18 +19,17 @@ ticket in its namespace's line of held starts (``HELD_LINE``), and
 the end of a root run that may have made room, and from the sweeper
 (``sweep_held``) for what time frees (``maxExecutionsPerMinute``).
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import uuid
 from dataclasses import dataclass
 
-
 from executions import runs, snapshots
 from executions.models import Execution
-from nodeflow import clock
+from nodeflow import clock, transactions
 from nodeflow.errors import ApiError, LimitExceeded
-from nodeflow import transactions
 from quotas import admission, locks, metrics, namespace_quotas
 from quotas.models import HELD_LINE, Admission
 
@@ -69,7 +68,7 @@ def _control(refusal: ApiError) -> str:
 
 
 def _over_max_concurrent(
-    execution: Execution, workflow: dict, *, held: bool = True, lock: bool = True,
+    execution: Execution, workflow: dict, *, held: bool = True, lock: bool = True
 ) -> LimitExceeded | None:
     """The refusal of a root run over its definition's
     ``maxConcurrentExecutions``: at most that many active root runs of one
@@ -86,7 +85,9 @@ def _over_max_concurrent(
         return None
     return LimitExceeded(
         f"workflow '{execution.name}' already has {current} running execution(s); maxConcurrentExecutions is {limit}",
-        control="maxConcurrentExecutions", limit=limit, current=current,
+        control="maxConcurrentExecutions",
+        limit=limit,
+        current=current,
     )
 
 
@@ -164,13 +165,17 @@ def held_by(*, execution: Execution, now: dt.datetime) -> Holder | None:
     diagnostic). The first start control, in the order they are checked,
     that would refuse it now; when none would (room has just appeared and
     the next pass admits it), the first that applies to it."""
-    quota, refusal = namespace_quotas.start_refusal(namespace_id=execution.namespace_id, now=now, held=False, lock=False)
+    quota, refusal = namespace_quotas.start_refusal(
+        namespace_id=execution.namespace_id, now=now, held=False, lock=False
+    )
     workflow = snapshots.workflow_of(execution)
     if refusal is None:
         refusal = _over_max_concurrent(execution, workflow, held=False, lock=False)
     if refusal is not None:
         retry_after = refusal.fields.get("retryAfterSeconds")
-        until = now + dt.timedelta(seconds=retry_after) if refusal.fields.get("quota") == "maxExecutionsPerMinute" else None
+        until = (
+            now + dt.timedelta(seconds=retry_after) if refusal.fields.get("quota") == "maxExecutionsPerMinute" else None
+        )
         return Holder(_control(refusal), refusal.fields["limit"], refusal.fields["current"], until)
     if quota is not None and quota.max_concurrent_executions is not None:
         current = namespace_quotas.active_roots(execution.namespace_id, held=False)

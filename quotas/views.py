@@ -1,6 +1,7 @@
 """Routes for execution controls (SPEC §8–§9): semaphores, namespace quotas,
 schedules and queue diagnostics. Thin: parse, authorise, call a service,
 render."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -24,10 +25,14 @@ from quotas.serializers import (
 )
 
 SEMAPHORE_FIELDS = {
-    "name": serializers.CharField(), "permits": serializers.IntegerField(), "held": serializers.IntegerField(),
+    "name": serializers.CharField(),
+    "permits": serializers.IntegerField(),
+    "held": serializers.IntegerField(),
 }
 QUEUE_FIELDS = {
-    "taskType": serializers.CharField(), "depth": serializers.IntegerField(), "inFlight": serializers.IntegerField(),
+    "taskType": serializers.CharField(),
+    "depth": serializers.IntegerField(),
+    "inFlight": serializers.IntegerField(),
 }
 SEMAPHORES = inline_serializer("SemaphoreUse", fields=SEMAPHORE_FIELDS, many=True)
 QUEUE = inline_serializer("Queue", fields=QUEUE_FIELDS)
@@ -37,8 +42,9 @@ QUEUES = inline_serializer("Queue", fields=QUEUE_FIELDS, many=True)
 class SemaphoreListView(NamespacedView):
     scopes = {"GET": Scope.CONTROLS_READ}
 
-    @extend_schema(operation_id="list_semaphores", summary="Semaphores with their permits and live holders",
-                   responses=SEMAPHORES)
+    @extend_schema(
+        operation_id="list_semaphores", summary="Semaphores with their permits and live holders", responses=SEMAPHORES
+    )
     def get(self, request, ns):
         return Response([semaphore_view(use) for use in semaphores.list_semaphores(namespace=self.namespace)])
 
@@ -49,19 +55,28 @@ class SemaphoreDetailView(NamespacedView):
     def _body(self, name: str) -> dict:
         row = semaphores.get_semaphore(namespace=self.namespace, name=name)
         holders = semaphores.live_holders(row)
-        return {"name": row.name, "permits": row.permits, "held": len(holders),
-                "holders": [holder_view(holder) for holder in holders]}
+        return {
+            "name": row.name,
+            "permits": row.permits,
+            "held": len(holders),
+            "holders": [holder_view(holder) for holder in holders],
+        }
 
     @extend_schema(summary="One semaphore with its holders", responses=SemaphoreSerializer)
     def get(self, request, ns, name):
         return Response(self._body(name))
 
-    @extend_schema(summary="Create or change a semaphore", request=SemaphoreSerializer,
-                   responses={200: SemaphoreSerializer, 201: SemaphoreSerializer})
+    @extend_schema(
+        summary="Create or change a semaphore",
+        request=SemaphoreSerializer,
+        responses={200: SemaphoreSerializer, 201: SemaphoreSerializer},
+    )
     def put(self, request, ns, name):
         body = SemaphoreSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        _, created = semaphores.set_semaphore(namespace=self.namespace, name=checked_name(name), permits=body.validated_data["permits"])
+        _, created = semaphores.set_semaphore(
+            namespace=self.namespace, name=checked_name(name), permits=body.validated_data["permits"]
+        )
         return Response(self._body(name), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(summary="Delete a semaphore (tasks naming it are no longer gated)", responses={204: None})
@@ -77,8 +92,11 @@ class QuotasView(NamespacedView):
     def get(self, request, ns):
         return Response(namespace_quotas.get_quotas(namespace=self.namespace))
 
-    @extend_schema(summary="Replace the namespace's quotas (absent: unlimited)", request=QuotasSerializer,
-                   responses=QuotasSerializer)
+    @extend_schema(
+        summary="Replace the namespace's quotas (absent: unlimited)",
+        request=QuotasSerializer,
+        responses=QuotasSerializer,
+    )
     def put(self, request, ns):
         body = QuotasSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -105,8 +123,11 @@ class ScheduleListView(NamespacedView):
         rows = Schedule.objects.filter(namespace=self.namespace).order_by("name")
         return Response([schedule_view(row) for row in rows])
 
-    @extend_schema(summary="Create or replace a schedule", request=ScheduleSerializer,
-                   responses={200: ScheduleSerializer, 201: ScheduleSerializer})
+    @extend_schema(
+        summary="Create or replace a schedule",
+        request=ScheduleSerializer,
+        responses={200: ScheduleSerializer, 201: ScheduleSerializer},
+    )
     def post(self, request, ns):
         name, values = _schedule_values(request, None)
         row, created = schedules.upsert_schedule(namespace=self.namespace, name=name, values=values)
@@ -120,8 +141,11 @@ class ScheduleDetailView(NamespacedView):
     def get(self, request, ns, name):
         return Response(schedule_view(schedules.get_schedule(namespace=self.namespace, name=name)))
 
-    @extend_schema(summary="Create or replace a schedule", request=ScheduleSerializer,
-                   responses={200: ScheduleSerializer, 201: ScheduleSerializer})
+    @extend_schema(
+        summary="Create or replace a schedule",
+        request=ScheduleSerializer,
+        responses={200: ScheduleSerializer, 201: ScheduleSerializer},
+    )
     def put(self, request, ns, name):
         name, values = _schedule_values(request, checked_name(name))
         row, created = schedules.upsert_schedule(namespace=self.namespace, name=name, values=values)
@@ -147,7 +171,9 @@ class SchedulePauseView(_SchedulePauseView):
     paused = True
 
 
-@extend_schema(summary="Resume a schedule (next firing: the first after now)", request=None, responses=ScheduleSerializer)
+@extend_schema(
+    summary="Resume a schedule (next firing: the first after now)", request=None, responses=ScheduleSerializer
+)
 class ScheduleResumeView(_SchedulePauseView):
     paused = False
 
@@ -155,8 +181,9 @@ class ScheduleResumeView(_SchedulePauseView):
 class QueueListView(NamespacedView):
     scopes = {"GET": Scope.CONTROLS_READ}
 
-    @extend_schema(operation_id="list_queues", summary="Worker queues: depth (waiting) and tasks in flight",
-                   responses=QUEUES)
+    @extend_schema(
+        operation_id="list_queues", summary="Worker queues: depth (waiting) and tasks in flight", responses=QUEUES
+    )
     def get(self, request, ns):
         return Response([use.view() for use in diagnostics.queues(namespace_id=self.namespace.id)])
 
@@ -166,7 +193,9 @@ class QueueDepthView(NamespacedView):
 
     @extend_schema(summary="One queue's depth and tasks in flight", responses=QUEUE)
     def get(self, request, ns, task_type):
-        return Response(diagnostics.queue_use(namespace_id=self.namespace.id, queue=checked_name(task_type, "taskType")).view())
+        return Response(
+            diagnostics.queue_use(namespace_id=self.namespace.id, queue=checked_name(task_type, "taskType")).view()
+        )
 
 
 class QueueWorkersView(NamespacedView):
@@ -175,12 +204,19 @@ class QueueWorkersView(NamespacedView):
     @extend_schema(
         summary="Workers and when each last polled each queue",
         parameters=[OpenApiParameter("taskType", str, required=False)],
-        responses=inline_serializer("QueueWorker", many=True, fields={
-            "workerId": serializers.CharField(), "lastPollAt": serializers.DateTimeField(),
-            "queues": serializers.ListField(child=serializers.DictField()),
-        }),
+        responses=inline_serializer(
+            "QueueWorker",
+            many=True,
+            fields={
+                "workerId": serializers.CharField(),
+                "lastPollAt": serializers.DateTimeField(),
+                "queues": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
     )
     def get(self, request, ns):
         queue = request.query_params.get("taskType")
-        rows = diagnostics.workers(namespace_id=self.namespace.id, queue=checked_name(queue, "taskType") if queue else None)
+        rows = diagnostics.workers(
+            namespace_id=self.namespace.id, queue=checked_name(queue, "taskType") if queue else None
+        )
         return Response(workers_view(rows))

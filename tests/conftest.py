@@ -1,4 +1,5 @@
 """Shared fixtures: namespaces, keys of each role, and an API client."""
+
 from __future__ import annotations
 
 import json

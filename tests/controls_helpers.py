@@ -1,4 +1,5 @@
 """Helpers for the execution-control tests: queues filled with tasks."""
+
 from __future__ import annotations
 
 import datetime as dt

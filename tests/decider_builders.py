@@ -7,6 +7,7 @@ Nothing here needs Django or a database. Task dicts are what
 name, taskReferenceName, type, inputParameters and optional); each task's
 name is its reference name, so a row's ``task_def_name`` is its ref.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,21 +30,42 @@ _ROW_IDS = uuid.UUID("00000000-0000-0000-0000-00000000a000")
 
 # --- normalised task dicts --------------------------------------------------
 
+
 def task(type: str, ref: str, inputs: dict | None = None, **fields: Any) -> dict:
-    return {"name": ref, "taskReferenceName": ref, "type": type, "inputParameters": inputs or {},
-            "optional": False, **fields}
+    return {
+        "name": ref,
+        "taskReferenceName": ref,
+        "type": type,
+        "inputParameters": inputs or {},
+        "optional": False,
+        **fields,
+    }
 
 
 def simple(ref: str, **fields: Any) -> dict:
     return task("SIMPLE", ref, **fields)
 
 
-def switch(ref: str, cases: dict[str, list], default: list | None = None, *, expression: str = "kind",
-           evaluator: str = "value-param", inputs: dict | None = None) -> dict:
+def switch(
+    ref: str,
+    cases: dict[str, list],
+    default: list | None = None,
+    *,
+    expression: str = "kind",
+    evaluator: str = "value-param",
+    inputs: dict | None = None,
+) -> dict:
     """By default a value-param switch on ``${workflow.input.kind}``."""
     inputs = {"kind": "${workflow.input.kind}"} if inputs is None else inputs
-    return task("SWITCH", ref, inputs, evaluatorType=evaluator, expression=expression,
-                decisionCases=cases, defaultCase=default or [])
+    return task(
+        "SWITCH",
+        ref,
+        inputs,
+        evaluatorType=evaluator,
+        expression=expression,
+        decisionCases=cases,
+        defaultCase=default or [],
+    )
 
 
 def fork(ref: str, *branches: list, **fields: Any) -> dict:
@@ -64,16 +86,30 @@ def loop(ref: str, condition: str, *body: dict, max_iterations: int = 10) -> dic
 
 def sub_workflow(ref: str, child: str = "child", version: int = 1) -> dict:
     """Baked: the child's version is pinned."""
-    return task("SUB_WORKFLOW", ref, {"orderId": "${workflow.input.orderId}"},
-                subWorkflowParam={"name": child, "version": version})
+    return task(
+        "SUB_WORKFLOW",
+        ref,
+        {"orderId": "${workflow.input.orderId}"},
+        subWorkflowParam={"name": child, "version": version},
+    )
 
 
 def workflow(*tasks: dict, **settings: Any) -> dict:
     """A normalised workflow definition, every setting at its default."""
     return {
-        "name": "wf", "description": "", "tasks": list(tasks), "inputParameters": [], "outputParameters": {},
-        "variables": {}, "failureWorkflow": None, "timeoutSeconds": 0, "timeoutPolicy": "TIME_OUT_WF",
-        "maxConcurrentTasks": 0, "maxConcurrentExecutions": 0, "rateLimitConfig": None, **settings,
+        "name": "wf",
+        "description": "",
+        "tasks": list(tasks),
+        "inputParameters": [],
+        "outputParameters": {},
+        "variables": {},
+        "failureWorkflow": None,
+        "timeoutSeconds": 0,
+        "timeoutPolicy": "TIME_OUT_WF",
+        "maxConcurrentTasks": 0,
+        "maxConcurrentExecutions": 0,
+        "rateLimitConfig": None,
+        **settings,
     }
 
 
@@ -86,14 +122,26 @@ NO_RETRIES = policy(retryCount=0)
 
 # --- rows and snapshots -------------------------------------------------------
 
+
 def row_id(path: str, attempt: int = 1) -> uuid.UUID:
     """A hand-built row's id: stable, and never one ``Ids`` hands out."""
     return uuid.uuid5(_ROW_IDS, f"{path}#{attempt}")
 
 
-def row(path: str, status: str = "SCHEDULED", *, type: str = "SIMPLE", attempt: int = 1, output: dict | None = None,
-        reason: str = "", policy: dict | None = None, optional: bool = False, input: dict | None = None,
-        at: dt.datetime | None = None, child_execution_id: uuid.UUID | None = None) -> Row:
+def row(
+    path: str,
+    status: str = "SCHEDULED",
+    *,
+    type: str = "SIMPLE",
+    attempt: int = 1,
+    output: dict | None = None,
+    reason: str = "",
+    policy: dict | None = None,
+    optional: bool = False,
+    input: dict | None = None,
+    at: dt.datetime | None = None,
+    child_execution_id: uuid.UUID | None = None,
+) -> Row:
     """One attempt of the task at ``path`` (``fan[3].charge``: ref ``charge``).
     It was scheduled at ``at`` (a minute before NOW); an ended row ended at NOW."""
     ref = path.rsplit(".", 1)[-1]
@@ -101,11 +149,26 @@ def row(path: str, status: str = "SCHEDULED", *, type: str = "SIMPLE", attempt: 
     at = at or NOW - dt.timedelta(minutes=1)
     ended = status in SUCCESS or status in FAILURE
     return Row(
-        id=row_id(path, attempt), path=path, ref=ref, type=type, kind=kind, task_def_name=ref, status=status,
-        attempt=attempt, seq=0, scheduled_at=at, available_at=at, first_scheduled_at=at,
-        input=input or {}, output=output or {}, reason=reason, optional=optional,
-        policy=dict(policy or DEFAULT_POLICY), queue=ref if kind == "worker" else None,
-        started_at=None if status == "SCHEDULED" else at, ended_at=NOW if ended else None,
+        id=row_id(path, attempt),
+        path=path,
+        ref=ref,
+        type=type,
+        kind=kind,
+        task_def_name=ref,
+        status=status,
+        attempt=attempt,
+        seq=0,
+        scheduled_at=at,
+        available_at=at,
+        first_scheduled_at=at,
+        input=input or {},
+        output=output or {},
+        reason=reason,
+        optional=optional,
+        policy=dict(policy or DEFAULT_POLICY),
+        queue=ref if kind == "worker" else None,
+        started_at=None if status == "SCHEDULED" else at,
+        ended_at=NOW if ended else None,
         child_execution_id=child_execution_id,
     )
 
@@ -117,8 +180,18 @@ def snapshot(wf: dict, *rows: Row, now: dt.datetime = NOW, input: dict | None = 
     fields.setdefault("evaluated_at", now - dt.timedelta(minutes=1) if rows else None)
     fields.setdefault("variables", dict(wf["variables"]))
     return Snapshot(
-        execution_id=EXECUTION_ID, status="RUNNING", workflow=wf, workflows={}, input=input or {}, rows=ordered,
-        now=now, task_defs={}, next_seq=len(ordered), name=wf["name"], version=1, **fields,
+        execution_id=EXECUTION_ID,
+        status="RUNNING",
+        workflow=wf,
+        workflows={},
+        input=input or {},
+        rows=ordered,
+        now=now,
+        task_defs={},
+        next_seq=len(ordered),
+        name=wf["name"],
+        version=1,
+        **fields,
     )
 
 
@@ -127,6 +200,7 @@ def child(status: str, output: dict | None = None, reason: str = "") -> Child:
 
 
 # --- deciding -------------------------------------------------------------------
+
 
 class Ids:
     """``make_id``: uuid ``first``, ``first`` + 1, … (never a hand-built row's id)."""
@@ -157,7 +231,8 @@ def applied(snap: Snapshot, decision: Decision, *, now: dt.datetime | None = Non
     consumed = {m for ids in decision.consumed_messages.values() for m in ids}
     fields: dict[str, Any] = {
         "rows": [dataclasses.replace(r, read_status=None) for r in rows],
-        "next_seq": decision.next_seq, "now": now or snap.now,
+        "next_seq": decision.next_seq,
+        "now": now or snap.now,
         "messages": [m for m in snap.messages if m[0] not in consumed],
     }
     if decision.variables is not None:
@@ -170,6 +245,7 @@ def applied(snap: Snapshot, decision: Decision, *, now: dt.datetime | None = Non
 
 
 # --- readable summaries -------------------------------------------------------
+
 
 def seconds_from_now(at: dt.datetime) -> float:
     return (at - NOW).total_seconds()
@@ -209,7 +285,13 @@ def ending(decision: Decision) -> tuple[str, str] | None:
 def summary(decision: Decision) -> dict:
     """Everything a table compares, each part in its readable form."""
     return {
-        "created": created(decision), "updated": updated(decision), "timers": timers(decision),
-        "children": children(decision), "ending": ending(decision), "delayed": delayed(decision),
-        "consumed": consumed(decision), "variables": decision.variables, "again": decision.again,
+        "created": created(decision),
+        "updated": updated(decision),
+        "timers": timers(decision),
+        "children": children(decision),
+        "ending": ending(decision),
+        "delayed": delayed(decision),
+        "consumed": consumed(decision),
+        "variables": decision.variables,
+        "again": decision.again,
     }

@@ -3,6 +3,7 @@
 Time is moved with ``nodeflow.clock`` and the background roles are run by
 hand (``sweep``): nothing here sleeps.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -8,6 +8,7 @@ frame of the project's own code, skipping the SQL helpers and Django); a
 write from any other module raises ``NotTheOwner``, so the test that walked
 that path fails. Tests themselves may write rows to set a scene.
 """
+
 from __future__ import annotations
 
 import pathlib

@@ -13,6 +13,7 @@ The server answers by path:
 
 Every request is recorded in ``server.requests``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,8 +83,12 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 status, payload = server.sequence.pop(0) if len(server.sequence) > 1 else server.sequence[0]
                 self._answer(status, payload)
             else:
-                echo = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
-                        "body": body.decode() if body else None}
+                echo = {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers.items()),
+                    "body": body.decode() if body else None,
+                }
                 self._answer(200, echo)
 
         def _answer(self, status: int, payload: Any, retry_after: str | None = None) -> None:

@@ -2,6 +2,7 @@
 change page render with data present; actions call the services and report
 each row's success or refusal; nothing is editable around the services;
 big changelists cost the same number of queries whatever their length."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -39,8 +40,12 @@ def staff(db) -> Client:
 def data(api, frozen_clock):
     """At least one row of every model."""
     register(api, "child", simple("inner"))
-    register(api, "parent", {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW",
-                             "subWorkflowParam": {"name": "child"}}, simple("after"))
+    register(
+        api,
+        "parent",
+        {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW", "subWorkflowParam": {"name": "child"}},
+        simple("after"),
+    )
     parent = start(api, "parent", {"order": 1}, correlationId="order-1")
     child_id = task_at(parent, "sub")["subWorkflowId"]
     now = clock.now()
@@ -69,13 +74,15 @@ def admin_url(model, view: str, *args) -> str:
 
 def act(client: Client, model, action: str, ids) -> list[tuple[str, str]]:
     """Run an admin action; (level, text) of each message it left."""
-    response = client.post(admin_url(model, "changelist"), {"action": action, "_selected_action": [str(i) for i in ids]},
-                           follow=True)
+    response = client.post(
+        admin_url(model, "changelist"), {"action": action, "_selected_action": [str(i) for i in ids]}, follow=True
+    )
     assert response.status_code == 200
     return [(m.level_tag, m.message) for m in response.context["messages"]]
 
 
 # --- every model ----------------------------------------------------------------
+
 
 def test_every_model_of_every_app_is_registered():
     registered = set(admin.site._registry)
@@ -119,7 +126,9 @@ def test_nothing_is_added_edited_or_deleted_around_the_services(staff, data):
 def test_search_by_uuid_or_by_a_malformed_one_never_errs(staff, data):
     found = staff.get(admin_url(Execution, "changelist"), {"q": data["child"]})
     assert found.status_code == 200
-    assert list(found.context["cl"].result_list.values_list("pk", flat=True)) == [Execution.objects.get(pk=data["child"]).pk]
+    assert list(found.context["cl"].result_list.values_list("pk", flat=True)) == [
+        Execution.objects.get(pk=data["child"]).pk
+    ]
     by_parent = staff.get(admin_url(Execution, "changelist"), {"q": data["parent"]})
     assert by_parent.context["cl"].result_count == 2  # the parent itself and its child
     tasks = staff.get(admin_url(Task, "changelist"), {"q": data["child"]})
@@ -130,6 +139,7 @@ def test_search_by_uuid_or_by_a_malformed_one_never_errs(staff, data):
 
 
 # --- executions -----------------------------------------------------------------
+
 
 def test_an_execution_page_links_to_its_tasks_parent_and_children(staff, data):
     page = staff.get(admin_url(Execution, "change", data["parent"])).content.decode()
@@ -153,20 +163,25 @@ def test_actions_call_the_lifecycle_and_report_each_refusal(staff, api, data):
     parent, child = data["parent"], data["child"]
 
     assert act(staff, Execution, "retry", [parent]) == [
-        ("error", f"execution {parent}: cannot retry an execution that is RUNNING")]
+        ("error", f"execution {parent}: cannot retry an execution that is RUNNING")
+    ]
     assert act(staff, Execution, "pause", [child]) == [("success", f"execution {child}: paused")]
     # One action over several rows reports each: one succeeds, one is refused.
     assert set(act(staff, Execution, "pause", [parent, child])) == {
         ("success", f"execution {parent}: paused"),
-        ("error", f"execution {child}: cannot pause an execution that is PAUSED")}
+        ("error", f"execution {child}: cannot pause an execution that is PAUSED"),
+    }
     assert Execution.objects.get(pk=parent).status == "PAUSED"
     assert set(act(staff, Execution, "resume", [parent, child])) == {
-        ("success", f"execution {parent}: resumed"), ("success", f"execution {child}: resumed")}
+        ("success", f"execution {parent}: resumed"),
+        ("success", f"execution {child}: resumed"),
+    }
 
     assert act(staff, Execution, "terminate", [parent]) == [("success", f"execution {parent}: terminated")]
     # The child went with its parent's cascade: terminating it again is refused, by the service.
     assert act(staff, Execution, "terminate", [child]) == [
-        ("error", f"execution {child}: execution is already TERMINATED")]
+        ("error", f"execution {child}: execution is already TERMINATED")
+    ]
     assert Execution.objects.get(pk=parent).reason_for_incompletion == "terminated in the admin by root"
 
     assert act(staff, Execution, "retry", [parent]) == [("success", f"execution {parent}: retried")]
@@ -174,7 +189,8 @@ def test_actions_call_the_lifecycle_and_report_each_refusal(staff, api, data):
     assert act(staff, Execution, "decide", [parent]) == [("success", f"execution {parent}: decided")]
     act(staff, Execution, "terminate", [parent])
     assert act(staff, Execution, "decide", [parent]) == [
-        ("success", f"execution {parent}: nothing to decide (it is TERMINATED)")]
+        ("success", f"execution {parent}: nothing to decide (it is TERMINATED)")
+    ]
     assert act(staff, Execution, "restart", [parent]) == [("success", f"execution {parent}: restarted")]
     restarted = Execution.objects.get(pk=parent)
     assert (restarted.status, restarted.run) == ("RUNNING", 2)
@@ -188,7 +204,10 @@ def test_retry_from_the_admin_resumes_a_failed_execution(staff, api, frozen_cloc
     assert Execution.objects.get(pk=started["id"]).status == "FAILED"
 
     assert act(staff, Execution, "retry", [started["id"]]) == [("success", f"execution {started['id']}: retried")]
-    assert [t.status for t in Task.objects.filter(execution_id=started["id"]).order_by("seq")] == ["FAILED", "SCHEDULED"]
+    assert [t.status for t in Task.objects.filter(execution_id=started["id"]).order_by("seq")] == [
+        "FAILED",
+        "SCHEDULED",
+    ]
 
 
 def test_the_decide_queue_action_decides_and_removes_the_request(staff, data):
@@ -212,6 +231,7 @@ def test_a_view_only_staff_user_sees_but_cannot_act(db, data):
 
 # --- controls and keys ------------------------------------------------------------
 
+
 def test_releasing_a_semaphore_holder_goes_through_the_service(staff, data):
     holder = SemaphoreHolder.objects.get()
     assert act(staff, SemaphoreHolder, "release", [holder.pk]) == [("success", f"holder {holder.pk}: released")]
@@ -232,8 +252,11 @@ def test_pausing_a_schedule_and_deleting_definitions_use_the_services(staff, api
     assert act(staff, Schedule, "pause", [schedule.pk]) == [("success", "schedule default/nightly: paused")]
     assert Schedule.objects.get(pk=schedule.pk).paused
     definition = TaskDefinition.objects.get(name="inner")
-    response = staff.post(admin_url(TaskDefinition, "changelist"),
-                          {"action": "delete_selected", "_selected_action": [definition.pk], "post": "yes"}, follow=True)
+    response = staff.post(
+        admin_url(TaskDefinition, "changelist"),
+        {"action": "delete_selected", "_selected_action": [definition.pk], "post": "yes"},
+        follow=True,
+    )
     assert response.status_code == 200
     assert ("success", "default/inner: deleted") in [(m.level_tag, m.message) for m in response.context["messages"]]
     assert api.get("metadata/task-definitions/inner").status_code == 404
@@ -249,6 +272,7 @@ def test_a_namespace_added_in_the_admin_is_made_by_the_service(staff):
 
 # --- cost ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("model", [Execution, Task, SemaphoreHolder, ApiKey, TaskDefinition])
 def test_a_changelist_costs_the_same_queries_for_few_or_many_rows(staff, api, frozen_clock, model, make_key):
     register(api, "one", simple("work"), simple("more"))
@@ -259,8 +283,10 @@ def test_a_changelist_costs_the_same_queries_for_few_or_many_rows(staff, api, fr
         api.post("metadata/task-definitions", {"name": f"def-{started['id'][-8:]}"})
         task = Task.objects.filter(execution_id=started["id"]).first()
         semaphore, _ = Semaphore.objects.get_or_create(
-            namespace=Namespace.objects.get(name="default"), name="s",
-            defaults={"permits": 9, "created_at": clock.now(), "updated_at": clock.now()})
+            namespace=Namespace.objects.get(name="default"),
+            name="s",
+            defaults={"permits": 9, "created_at": clock.now(), "updated_at": clock.now()},
+        )
         SemaphoreHolder.objects.create(semaphore=semaphore, task=task, acquired_at=clock.now())
 
     def queries() -> int:

@@ -1,6 +1,7 @@
 """Workflow admission by key (rateLimitConfig, SPEC §8): later starts wait
 RUNNING with awaitingAdmission, schedule nothing, and are admitted in start
 order when a holder ends; different keys never contend."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,13 @@ KEY = "${workflow.input.tenantId}"
 
 
 def tenant_sync(api, limit: int = 1, **fields) -> None:
-    register(api, "tenant_sync", simple("sync", "sync", inputParameters={"tenant": KEY}),
-             rateLimitConfig={"rateLimitKey": KEY, "concurrentExecLimit": limit}, **fields)
+    register(
+        api,
+        "tenant_sync",
+        simple("sync", "sync", inputParameters={"tenant": KEY}),
+        rateLimitConfig={"rateLimitKey": KEY, "concurrentExecLimit": limit},
+        **fields,
+    )
 
 
 def run(api, tenant: str | None) -> dict:
@@ -141,10 +147,24 @@ def test_waiting_runs_count_against_max_concurrent_executions(api):
 
 @pytest.mark.parametrize("status", ["COMPLETED", "FAILED"])
 def test_a_run_that_ends_in_its_first_decision_holds_no_slot(api, status):
-    register(api, "instant", {"name": "set", "taskReferenceName": "set", "type": "SET_VARIABLE", "inputParameters": {"x": 1}},
-             *([{"name": "stop", "taskReferenceName": "stop", "type": "TERMINATE",
-                 "inputParameters": {"terminationStatus": "FAILED"}}] if status == "FAILED" else []),
-             rateLimitConfig={"rateLimitKey": "k", "concurrentExecLimit": 1})
+    register(
+        api,
+        "instant",
+        {"name": "set", "taskReferenceName": "set", "type": "SET_VARIABLE", "inputParameters": {"x": 1}},
+        *(
+            [
+                {
+                    "name": "stop",
+                    "taskReferenceName": "stop",
+                    "type": "TERMINATE",
+                    "inputParameters": {"terminationStatus": "FAILED"},
+                }
+            ]
+            if status == "FAILED"
+            else []
+        ),
+        rateLimitConfig={"rateLimitKey": "k", "concurrentExecLimit": 1},
+    )
     assert start(api, "instant")["status"] == status
     assert start(api, "instant")["status"] == status
     assert not Admission.objects.exists()

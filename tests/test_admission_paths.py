@@ -12,6 +12,7 @@ awaitingAdmission, with nothing to lease. A failure workflow is never
 refused: it waits, and its blockedBy names what it waits on. When the holder
 ends, what waited is admitted, and what was refused goes through.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from executions.celery_tasks import sweep as celery_sweep
 from executions.models import Execution, Task, Timer
 from executions.roles.sweeper import SweeperRole
-from executions.celery_tasks import sweep as celery_sweep
 from nodeflow import clock
 from quotas.models import HELD_LINE, Admission
 from quotas.schedules import fire_next_schedule
@@ -105,6 +106,7 @@ def _answer(response) -> Answer:
 
 # --- the paths: each sets the scene (the control full) and returns it -------
 
+
 def _by_start(api, control: str) -> Scene:
     _job(api, control)
     holder = _holder(api)
@@ -175,7 +177,12 @@ PATHS: dict[str, Callable[[object, str], Scene]] = {
 }
 
 REFUSALS = {
-    "maxConcurrentExecutions": {"error": "LIMIT_EXCEEDED", "control": "maxConcurrentExecutions", "limit": 1, "current": 1},
+    "maxConcurrentExecutions": {
+        "error": "LIMIT_EXCEEDED",
+        "control": "maxConcurrentExecutions",
+        "limit": 1,
+        "current": 1,
+    },
     "quota": {"error": "QUOTA_EXCEEDED", "quota": "maxConcurrentExecutions", "limit": 1, "current": 1},
 }
 # What a run that waits names in its blockedBy.
@@ -192,10 +199,7 @@ def _waits(path: str, control: str) -> bool:
 
 def _world() -> tuple:
     """Every execution, task attempt, timer and admission ticket, as stored."""
-    return tuple(
-        sorted(map(repr, model.objects.values_list()))
-        for model in (Execution, Task, Timer, Admission)
-    )
+    return tuple(sorted(map(repr, model.objects.values_list())) for model in (Execution, Task, Timer, Admission))
 
 
 @pytest.mark.parametrize("control", CONTROLS)
@@ -208,7 +212,12 @@ def test_each_start_control_holds_on_each_path(api, frozen_clock, path, control)
         assert answer.refusal is None
         view = execution(api, answer.execution_id)
         assert (view["status"], view["awaitingAdmission"]) == ("RUNNING", True)
-        assert view["blockedBy"] == {"control": WAITS_ON[control], "limit": 1, "current": 1, "since": at(frozen_clock, view_offset(path))}
+        assert view["blockedBy"] == {
+            "control": WAITS_ON[control],
+            "limit": 1,
+            "current": 1,
+            "since": at(frozen_clock, view_offset(path)),
+        }
         assert poll(api, scene.queue) == []  # nothing of it is leasable, nothing decided
     else:
         assert answer.execution_id is None
@@ -232,6 +241,7 @@ def view_offset(path: str) -> float:
 
 # --- retry and restart: the quota's other figure --------------------------------
 
+
 @pytest.mark.parametrize("verb", ["retry", "restart"])
 def test_retry_and_restart_count_against_max_executions_per_minute(api, frozen_clock, verb):
     _job(api, None)
@@ -242,7 +252,11 @@ def test_retry_and_restart_count_against_max_executions_per_minute(api, frozen_c
     response = api.post(f"executions/{failed}/{verb}", {})
     assert response.status_code == 429
     assert {k: response.json()[k] for k in ("error", "quota", "limit", "current")} == {
-        "error": "QUOTA_EXCEEDED", "quota": "maxExecutionsPerMinute", "limit": 2, "current": 2}
+        "error": "QUOTA_EXCEEDED",
+        "quota": "maxExecutionsPerMinute",
+        "limit": 2,
+        "current": 2,
+    }
     assert response["Retry-After"] == "60"
     assert _world() == before
     clock.advance(60)
@@ -263,6 +277,7 @@ def test_a_refused_retry_keeps_the_runs_timers(api, frozen_clock):
 
 
 # --- a retry that waits for admission --------------------------------------------
+
 
 def _retry_waiting(api) -> tuple[str, dict]:
     """A failed run retried while another holds its admission key's slot."""
@@ -288,7 +303,7 @@ def test_a_waiting_retry_that_is_paused_stays_held_when_admitted(api):
 
 
 def test_a_waiting_retry_resumed_before_admission_stays_held(api):
-    failed, holder = _retry_waiting(api)
+    failed, _holder = _retry_waiting(api)
     assert api.post(f"executions/{failed}/pause", {}).status_code == 200
     assert api.post(f"executions/{failed}/resume", {}).status_code == 200
     assert execution(api, failed)["awaitingAdmission"] is True
@@ -311,16 +326,23 @@ def test_a_waiting_restart_is_decided_when_admitted(api, frozen_clock):
 
 # --- SUB_WORKFLOW children --------------------------------------------------------------
 
+
 def _parent(api, **child_fields) -> None:
     no_retries(api, "inner", "call")
     register(api, "child", simple("inner"), **child_fields)
-    register(api, "parent", {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW",
-                             "subWorkflowParam": {"name": "child"}})
+    register(
+        api,
+        "parent",
+        {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW", "subWorkflowParam": {"name": "child"}},
+    )
 
 
 def test_children_run_under_their_roots_admission_and_do_not_count(api):
-    _parent(api, maxConcurrentExecutions=1,
-            rateLimitConfig={"rateLimitKey": "${workflow.input.tenant}", "concurrentExecLimit": 1})
+    _parent(
+        api,
+        maxConcurrentExecutions=1,
+        rateLimitConfig={"rateLimitKey": "${workflow.input.tenant}", "concurrentExecLimit": 1},
+    )
     api.put("quotas", {"maxConcurrentExecutions": 2})
     parents = [start(api, "parent") for _ in range(2)]
     children = [execution(api, task_at(p, "sub")["subWorkflowId"]) for p in parents]
@@ -354,8 +376,12 @@ def test_a_childs_failure_workflow_waits_for_a_slot_its_root_holds(api, frozen_c
     fail(api, poll_one(api, "inner"), terminal=True)
     held = Execution.objects.get(name="on_fail")
     view = execution(api, str(held.id))
-    assert view["blockedBy"] == {"control": "quota:maxConcurrentExecutions", "limit": 1, "current": 1,
-                                 "since": at(frozen_clock)}
+    assert view["blockedBy"] == {
+        "control": "quota:maxConcurrentExecutions",
+        "limit": 1,
+        "current": 1,
+        "since": at(frozen_clock),
+    }
     sweep()  # the parent fails with its child, and its slot goes to the failure workflow
     assert execution(api, parent["id"])["status"] == "FAILED"
     assert execution(api, str(held.id))["awaitingAdmission"] is False
@@ -363,6 +389,7 @@ def test_a_childs_failure_workflow_waits_for_a_slot_its_root_holds(api, frozen_c
 
 
 # --- the line of held starts ----------------------------------------------------------
+
 
 def _failing_runs(api, count: int) -> list[str]:
     """``count`` runs of ``job`` failed, each starting ``on_fail``; the ids of those."""
@@ -393,7 +420,7 @@ def test_held_failure_workflows_are_admitted_in_order(api):
 def test_a_held_failure_workflow_that_is_terminated_leaves_the_line(api):
     register(api, "on_fail", simple("notify"), maxConcurrentExecutions=1)
     _job(api, None, failureWorkflow="on_fail")
-    first, second, third = _failing_runs(api, 3)
+    _first, second, third = _failing_runs(api, 3)
     assert api.post(f"executions/{second}/terminate", {}).status_code == 200
     assert Admission.objects.filter(bucket=HELD_LINE).count() == 1
     complete(api, poll_one(api, "notify"))
@@ -406,8 +433,7 @@ def test_a_held_failure_workflow_that_is_terminated_leaves_the_line(api):
 def test_the_sweeper_admits_what_time_frees(api, frozen_clock, sweeper):
     """maxExecutionsPerMinute frees with the window, not with an end; a held
     failure workflow then lines up in its admission bucket like a start."""
-    register(api, "on_fail", simple("notify"),
-             rateLimitConfig={"rateLimitKey": FAILURE_KEY, "concurrentExecLimit": 1})
+    register(api, "on_fail", simple("notify"), rateLimitConfig={"rateLimitKey": FAILURE_KEY, "concurrentExecLimit": 1})
     _job(api, None, failureWorkflow="on_fail")
     api.put("quotas", {"maxExecutionsPerMinute": 3})
     first, second = start(api, "job", TENANT)["id"], start(api, "job", TENANT)["id"]
@@ -417,8 +443,12 @@ def test_the_sweeper_admits_what_time_frees(api, frozen_clock, sweeper):
     fail(api, leases[second], terminal=True)
     held = str(Execution.objects.get(idempotency_key=f"failure:{second}:1").id)
     assert execution(api, held)["blockedBy"] == {
-        "control": "quota:maxExecutionsPerMinute", "limit": 3, "current": 3,
-        "since": at(frozen_clock, 15), "until": at(frozen_clock, 60)}
+        "control": "quota:maxExecutionsPerMinute",
+        "limit": 3,
+        "current": 3,
+        "since": at(frozen_clock, 15),
+        "until": at(frozen_clock, 60),
+    }
     sweeper()
     assert execution(api, held)["awaitingAdmission"] is True  # the minute is not over
     clock.advance(45)

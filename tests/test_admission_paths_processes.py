@@ -6,6 +6,7 @@ RUNNING, and every refusal is a start's 429 (issue 14).
 On SQLite every transaction already holds the one database-wide write lock,
 so these races cannot arise; tests/test_admission_paths.py checks the same
 paths in one process on both databases."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -64,9 +65,11 @@ def test_retries_restarts_and_starts_never_take_more_than_the_slots(clients, con
     ended = _ended_runs(admin, 12)
     if control == "quota":
         admin.put("quotas", json={"maxConcurrentExecutions": SLOTS}).raise_for_status()
-    calls = ([("post", f"executions/{pk}/retry") for pk in ended[:6]]
-             + [("post", f"executions/{pk}/restart") for pk in ended[6:]]
-             + [("post", "executions")] * 12)
+    calls = (
+        [("post", f"executions/{pk}/retry") for pk in ended[:6]]
+        + [("post", f"executions/{pk}/restart") for pk in ended[6:]]
+        + [("post", "executions")] * 12
+    )
 
     def call(item: tuple[int, tuple[str, str]]) -> httpx.Response:
         index, (_, path) = item
@@ -84,4 +87,5 @@ def test_retries_restarts_and_starts_never_take_more_than_the_slots(clients, con
     assert Execution.objects.filter(status="RUNNING").count() == SLOTS
     # A refused retry or restart left its run as it was.
     assert Execution.objects.filter(pk__in=ended, status="TERMINATED").count() == len(ended) - sum(
-        1 for r in accepted if r.json()["id"] in ended)
+        1 for r in accepted if r.json()["id"] in ended
+    )

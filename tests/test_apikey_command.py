@@ -1,4 +1,5 @@
 """``manage.py nodeflow_apikey create|list|revoke`` (SPEC §2)."""
+
 from __future__ import annotations
 
 import io
@@ -74,7 +75,7 @@ def test_it_lists_keys_without_the_raw_key(db):
     everywhere = create("--all-namespaces", "--role", "admin")
     out, _ = run("list")
     assert raw not in out and everywhere not in out
-    assert raw[len("nf_"):] not in out
+    assert raw[len("nf_") :] not in out
     lines = out.strip().splitlines()
     assert len(lines) == 2
     assert lines[0].split("\t")[2:] == ["developer", "x", "active", "ci"]

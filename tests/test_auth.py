@@ -1,5 +1,6 @@
 """Who may call which definitions route (SPEC §2): roles × namespaces × routes,
 plus missing, unknown and revoked keys and the browsable API's staff session."""
+
 from __future__ import annotations
 
 import pytest
@@ -141,9 +142,12 @@ def test_it_does_not_change_anything_on_a_refused_write(world, api_for):
     before = worker.get("metadata/task-definitions/t1").json()
     assert worker.patch("metadata/task-definitions/t1", {"retryCount": 9}).status_code == 403
     assert worker.delete("metadata/task-definitions/t1").status_code == 403
-    assert api_for("developer", "other", url_namespace="default").post(
-        "metadata/task-definitions", {"name": "sneaky"}
-    ).status_code == 403
+    assert (
+        api_for("developer", "other", url_namespace="default")
+        .post("metadata/task-definitions", {"name": "sneaky"})
+        .status_code
+        == 403
+    )
     assert worker.get("metadata/task-definitions/t1").json() == before
     assert worker.get("metadata/task-definitions/sneaky").status_code == 404
 

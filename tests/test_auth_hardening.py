@@ -1,6 +1,7 @@
 """The operations surface (issue 15.7): an optional key for /metrics,
 failed authentication throttled per client, and keys that cannot exist
 refused without a database query."""
+
 from __future__ import annotations
 
 import pytest
@@ -61,13 +62,16 @@ def test_metrics_are_open_without_a_metrics_key(settings):
     assert _get("/metrics").status_code == 200
 
 
-@pytest.mark.parametrize("headers, status", [
-    ({}, 401),
-    ({"HTTP_AUTHORIZATION": "Bearer wrong"}, 401),
-    ({"HTTP_X_API_KEY": "wrong"}, 401),
-    ({"HTTP_AUTHORIZATION": "Bearer s3cret-metrics"}, 200),
-    ({"HTTP_X_API_KEY": "s3cret-metrics"}, 200),
-])
+@pytest.mark.parametrize(
+    "headers, status",
+    [
+        ({}, 401),
+        ({"HTTP_AUTHORIZATION": "Bearer wrong"}, 401),
+        ({"HTTP_X_API_KEY": "wrong"}, 401),
+        ({"HTTP_AUTHORIZATION": "Bearer s3cret-metrics"}, 200),
+        ({"HTTP_X_API_KEY": "s3cret-metrics"}, 200),
+    ],
+)
 def test_metrics_need_the_metrics_key_when_one_is_set(settings, headers, status):
     settings.NODE_FLOW_METRICS_KEY = "s3cret-metrics"
     response = _get("/metrics", **headers)

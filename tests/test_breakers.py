@@ -1,6 +1,7 @@
 """Circuit breakers (SPEC §8): the state machine on an injected clock, and
 end to end: a host driven open, tasks failing fast and retryably with
 blockedBy circuitOpen, one probe in half-open, recovery, and the route."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,8 +17,14 @@ from nodeflow.models import Namespace
 from tests.engine_helpers import execution, register, start, task_at, task_def, tasks_at
 from tests.system_helpers import http_task, run_system_tasks, system_task
 
-CONFIG = {"enabled": True, "minimumRequests": 4, "failureRatio": 0.5, "windowMs": 10_000, "openMs": 5_000,
-          "maxOpenMs": 20_000}
+CONFIG = {
+    "enabled": True,
+    "minimumRequests": 4,
+    "failureRatio": 0.5,
+    "windowMs": 10_000,
+    "openMs": 5_000,
+    "maxOpenMs": 20_000,
+}
 
 
 class FakeClock:
@@ -53,6 +60,7 @@ def calls(b: breakers.Breaker, *outcomes: bool | None) -> None:
 
 
 # --- the state machine ------------------------------------------------------------
+
 
 def test_it_opens_at_the_failure_ratio_once_enough_calls_ended():
     b = breaker(FakeClock())
@@ -143,18 +151,25 @@ def test_it_is_off_unless_enabled():
 
 def test_it_keys_http_webhook_by_host_and_grpc_by_service():
     def key(task_type: str, **inputs) -> str:
-        ctx = Context(task_id="t", type=task_type, namespace="default", input=inputs, output={}, attempt=1,
-                      idempotency_key="k")
+        ctx = Context(
+            task_id="t", type=task_type, namespace="default", input=inputs, output={}, attempt=1, idempotency_key="k"
+        )
         return registry.get(task_type).breaker_key(ctx)
 
     assert key("HTTP", http_request={"uri": "https://API.example.com:8443/x"}) == "api.example.com"
-    assert key("HTTP_POLL", http_request={"uri": "http://api.example.com/y"}, terminationCondition="true") == "api.example.com"
+    assert (
+        key("HTTP_POLL", http_request={"uri": "http://api.example.com/y"}, terminationCondition="true")
+        == "api.example.com"
+    )
     assert key("WEBHOOK", url="https://api.example.com/hook", secretName="s") == "api.example.com"
-    assert key("GRPC", grpc_request={"host": "10.0.0.1:50051", "service": "shop.Orders", "method": "Get"}) == "shop.Orders"
+    assert (
+        key("GRPC", grpc_request={"host": "10.0.0.1:50051", "service": "shop.Orders", "method": "Get"}) == "shop.Orders"
+    )
     assert key("INLINE", expression="1") is None
 
 
 # --- end to end ------------------------------------------------------------------
+
 
 def start_calls(api, uri: str, count: int, workflow: str = "flow") -> list[str]:
     ids = [start(api, workflow, {"uri": uri})["id"] for _ in range(count)]
@@ -200,7 +215,9 @@ def test_it_shares_a_host_between_http_and_webhook_but_not_other_hosts(api, http
     register(api, "hook", system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="s"))
     hooked = start(api, "hook")
     other = start_calls(api, http_server.url("/ok").replace("127.0.0.1", "localhost"), 1)[0]
-    assert tasks_at(execution(api, hooked["id"]), "hook")[0]["reasonForIncompletion"].startswith("circuitOpen:127.0.0.1")
+    assert tasks_at(execution(api, hooked["id"]), "hook")[0]["reasonForIncompletion"].startswith(
+        "circuitOpen:127.0.0.1"
+    )
     assert task_at(execution(api, other), "call")["status"] == "COMPLETED"  # its own breaker, "localhost"
 
 

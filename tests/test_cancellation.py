@@ -2,6 +2,7 @@
 terminate cancels every open task and every child, is checked before each
 scheduling, retry and loop iteration, cannot be swallowed by ``optional``,
 and a worker holding a canceled task learns it through 409."""
+
 from __future__ import annotations
 
 import threading
@@ -45,18 +46,34 @@ def open_tasks(execution_id: str) -> list[Task]:
 
 
 def test_it_cancels_every_open_task_and_fences_their_workers(api, frozen_clock):
-    register(api, "orders", {"name": "split", "taskReferenceName": "split", "type": "FORK_JOIN", "forkTasks": [
-        [simple("running")], [simple("queued")],
-        [{"name": "approve", "taskReferenceName": "approve", "type": "HUMAN"}],
-    ]})
+    register(
+        api,
+        "orders",
+        {
+            "name": "split",
+            "taskReferenceName": "split",
+            "type": "FORK_JOIN",
+            "forkTasks": [
+                [simple("running")],
+                [simple("queued")],
+                [{"name": "approve", "taskReferenceName": "approve", "type": "HUMAN"}],
+            ],
+        },
+    )
     started = start(api, "orders")
     leased = poll_one(api, "running")
     view = act(api, started["id"], "terminate", {"reason": "customer cancelled"})
     assert (view["status"], view["reasonForIncompletion"]) == ("TERMINATED", "customer cancelled")
     assert {path: s for path, s in statuses(view).items() if path != "split"} == {
-        "running": "CANCELED", "queued": "CANCELED", "approve": "CANCELED"}
-    for response in (heartbeat(api, leased), report(api, leased),
-                     report(api, leased, "IN_PROGRESS", callbackAfterSeconds=5)):
+        "running": "CANCELED",
+        "queued": "CANCELED",
+        "approve": "CANCELED",
+    }
+    for response in (
+        heartbeat(api, leased),
+        report(api, leased),
+        report(api, leased, "IN_PROGRESS", callbackAfterSeconds=5),
+    ):
         assert response.status_code == 409
         assert response.json()["taskStatus"] == "CANCELED"
     assert poll(api, "queued") == []
@@ -120,8 +137,9 @@ def test_it_cancels_a_retry_waiting_out_its_backoff(api, frozen_clock):
 def test_it_starts_no_child_when_a_delayed_sub_workflow_retry_comes_due_after_terminate(api, frozen_clock):
     task_def(api, "leaf", retryCount=0)
     register(api, "child", simple("leaf"))
-    register(api, "parent", sub_workflow("sub", "child", retryCount=2, retryLogic="FIXED", retryDelaySeconds=60,
-                                         jitter=0))
+    register(
+        api, "parent", sub_workflow("sub", "child", retryCount=2, retryLogic="FIXED", retryDelaySeconds=60, jitter=0)
+    )
     started = start(api, "parent")
     fail(api, poll_one(api, "leaf"))
     sweep()
@@ -171,8 +189,9 @@ def test_it_does_not_let_optional_swallow_terminate(api, frozen_clock):
 
 def test_it_neither_retries_nor_absorbs_an_optional_child_that_was_terminated(api, frozen_clock):
     register(api, "child", simple("leaf"))
-    register(api, "parent", sub_workflow("sub", "child", optional=True, retryCount=3, retryDelaySeconds=0),
-             simple("after"))
+    register(
+        api, "parent", sub_workflow("sub", "child", optional=True, retryCount=3, retryDelaySeconds=0), simple("after")
+    )
     started = start(api, "parent")
     act(api, child_of(api, started)["id"], "terminate", {"reason": "by hand"})
     sweep()

@@ -2,6 +2,7 @@
 broker runs HTTP tasks end to end against this test's database, and its beat
 recovers a task whose message never went out. Skipped only when Redis is
 unreachable. Real processes and real time, bounded by WAIT_S."""
+
 from __future__ import annotations
 
 import os
@@ -56,13 +57,36 @@ def broker(settings) -> Iterator[str]:
 def celery_worker(broker: str) -> Iterator[Callable[..., subprocess.Popen]]:
     """celery_worker(beat=False) starts ``celery -A nodeflow worker`` on the test database."""
     logdir = Path(tempfile.mkdtemp(prefix="nodeflow-celery-"))
-    env = {**os.environ, "DATABASE_URL": live_database_url(), "CELERY_BROKER_URL": BROKER_URL,
-           "CELERY_TASK_DEFAULT_QUEUE": broker, "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": live_database_url(),
+        "CELERY_BROKER_URL": BROKER_URL,
+        "CELERY_TASK_DEFAULT_QUEUE": broker,
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
     started: list[subprocess.Popen] = []
 
     def launch(*, beat: bool = False) -> subprocess.Popen:
-        args = [PYTHON, "-m", "celery", "-A", "nodeflow", "worker", "-P", "threads", "-c", "4", "-Q", broker,
-                "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"]
+        args = [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "nodeflow",
+            "worker",
+            "-P",
+            "threads",
+            "-c",
+            "4",
+            "-Q",
+            broker,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "WARNING",
+        ]
         if beat:
             args += ["-B", "-s", str(logdir / "beat-schedule")]
         log = open(logdir / "worker.log", "a")  # noqa: SIM115 - closed with the process
@@ -87,7 +111,9 @@ def wait_until_ended(execution_id: str) -> Execution:
         if execution.status != ExecutionStatus.RUNNING:
             return execution
         time.sleep(0.1)
-    tasks = list(Task.objects.filter(execution_id=execution_id).values("path", "attempt", "status", "reason_for_incompletion"))
+    tasks = list(
+        Task.objects.filter(execution_id=execution_id).values("path", "attempt", "status", "reason_for_incompletion")
+    )
     raise AssertionError(f"execution {execution_id} did not end within {WAIT_S} s: {tasks}")
 
 
@@ -96,10 +122,13 @@ def test_it_runs_http_tasks_end_to_end_on_a_celery_worker(api, http_server, cele
     celery_worker()
     task_def(api, "call", retryDelaySeconds=0.5, jitter=0)
     http_server.sequence = [(503, {"busy": True}), (200, {"order": 42})]
-    register(api, "flow",
-             http_task("call", http_server.url("/sequence")),
-             system_task("double", "INLINE", expression="$.order * 2", order="${call.output.response.body.order}"),
-             outputParameters={"doubled": "${double.output.result}"})
+    register(
+        api,
+        "flow",
+        http_task("call", http_server.url("/sequence")),
+        system_task("double", "INLINE", expression="$.order * 2", order="${call.output.response.body.order}"),
+        outputParameters={"doubled": "${double.output.result}"},
+    )
     execution = wait_until_ended(start(api, "flow")["id"])
     assert execution.status == "COMPLETED", execution.reason_for_incompletion
     assert execution.output == {"doubled": 84}

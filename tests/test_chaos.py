@@ -44,6 +44,7 @@ failure message, and the worst must be within STALL_LIMIT_S. The test keeps
 STALL_LIMIT_S of quiet between the last kill and the PostgreSQL crash, so
 no wait runs into the outage. See docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -72,11 +73,11 @@ from tests.procs.stack import PYTHON, ROOT, Stack, free_port
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 WORKERS = 4
-CHAOS_S = 30.0            # SIGKILLs and restarts, while the first executions start
+CHAOS_S = 30.0  # SIGKILLs and restarts, while the first executions start
 KILL_GAP_S = (0.3, 1.0)
-MIN_UP_S = 8.0            # a process is killed again only after this long
-DOWN_S = 2.0              # PostgreSQL stays down this long (longer than a role's error wait)
-FINISH_S = 75.0           # bound for everything to settle after the restart
+MIN_UP_S = 8.0  # a process is killed again only after this long
+DOWN_S = 2.0  # PostgreSQL stays down this long (longer than a role's error wait)
+FINISH_S = 75.0  # bound for everything to settle after the restart
 # The recovery bound docs/reliability.md states for one kill (4 s), plus 2 s
 # for a loaded 2-core machine and for kills that follow each other closely.
 STALL_LIMIT_S = 6.0
@@ -99,6 +100,7 @@ def _postgres_only():
 
 
 # --- the HTTP server the system tasks call ----------------------------------
+
 
 class Arithmetic:
     """``GET /add?value=N&key=K`` answers ``{"value": N + 1}`` (after
@@ -133,7 +135,7 @@ class Arithmetic:
             def log_message(self, *args) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - the http.server hook
+            def do_GET(self) -> None:
                 query = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
                 if arithmetic.first_call(query["key"]):
                     status, body = 503, {"error": "try again"}
@@ -155,6 +157,7 @@ class Arithmetic:
 
 
 # --- the database, read directly (it may be down for a while) ---------------
+
 
 class Db:
     def __init__(self, url: str) -> None:
@@ -186,9 +189,16 @@ class Db:
 
 # --- the workload ------------------------------------------------------------
 
+
 def policy(**fields) -> dict:
-    return {"retryCount": 50, "retryDelaySeconds": 0.05, "maxRetryDelaySeconds": 0.5, "jitter": 0,
-            "startToCloseTimeout": 2, **fields}
+    return {
+        "retryCount": 50,
+        "retryDelaySeconds": 0.05,
+        "maxRetryDelaySeconds": 0.5,
+        "jitter": 0,
+        "startToCloseTimeout": 2,
+        **fields,
+    }
 
 
 def step(ref: str, name: str = "chaos_step", **inputs) -> dict:
@@ -197,53 +207,104 @@ def step(ref: str, name: str = "chaos_step", **inputs) -> dict:
 
 def register(client: Client, http_base: str) -> None:
     def put(path: str, body: dict) -> None:
-        client.http.request("PUT" if path.startswith(("semaphores", "quotas")) else "POST",
-                            f"/v1/ns/default/{path}", json=body).raise_for_status()
+        client.http.request(
+            "PUT" if path.startswith(("semaphores", "quotas")) else "POST", f"/v1/ns/default/{path}", json=body
+        ).raise_for_status()
 
     put("semaphores/chaos_pool", {"permits": SEMAPHORE_PERMITS})
     put("quotas", {"maxConcurrentExecutions": 1000})
     for name, fields in {
-        "chaos_step": {}, "chaos_flaky": {},
+        "chaos_step": {},
+        "chaos_flaky": {},
         "chaos_sem": {"semaphores": ["chaos_pool"]},
         "chaos_capped": {"concurrentExecLimit": CAP},
         "chaos_hb": {"heartbeatTimeout": 1, "startToCloseTimeout": 10},
         # Never answered: the task's total budget ends the execution.
-        "chaos_total": {"timeoutSeconds": 2, "timeoutPolicy": "TIME_OUT_WF", "startToCloseTimeout": 30, "retryCount": 0},
+        "chaos_total": {
+            "timeoutSeconds": 2,
+            "timeoutPolicy": "TIME_OUT_WF",
+            "startToCloseTimeout": 30,
+            "retryCount": 0,
+        },
         # A call may take half its start-to-close (runner.call_seconds): room for a loaded machine.
-        "chaos_http": {"startToCloseTimeout": 8}, "chaos_sum": {"startToCloseTimeout": 8},
+        "chaos_http": {"startToCloseTimeout": 8},
+        "chaos_sum": {"startToCloseTimeout": 8},
     }.items():
         put("metadata/task-definitions", {"name": name, **policy(**fields)})
     value = "${s1.output.value}"
-    put("metadata/workflow-definitions", {
-        "name": "chaos_mixed",
-        "tasks": [
-            step("s1", value="${workflow.input.n}"),
-            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [
-                [step("b1", "chaos_flaky", value=value, failAttempts=1)],
-                [step("b2", "chaos_sem", value=value)],
-                [{"name": "chaos_http", "taskReferenceName": "b3", "type": "HTTP", "inputParameters": {
-                    "http_request": {"uri": f"{http_base}/add?value={value}&key=${{workflow.workflowId}}"}}}],
-                [step("b4", "chaos_hb", value=value, hangAttempts=1)],
-            ]},
-            {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["b1", "b2", "b3", "b4"]},
-            {"name": "chaos_sum", "taskReferenceName": "sum", "type": "JSON_JQ_TRANSFORM", "inputParameters": {
-                "a": "${b1.output.value}", "b": "${b2.output.value}", "c": "${b3.output.response.body.value}",
-                "d": "${b4.output.value}", "queryExpression": ".a + .b + .c + .d"}},
-            step("s2", "chaos_capped", value="${sum.output.result}"),
-        ],
-        "outputParameters": {"result": "${s2.output.value}"},
-    })
+    put(
+        "metadata/workflow-definitions",
+        {
+            "name": "chaos_mixed",
+            "tasks": [
+                step("s1", value="${workflow.input.n}"),
+                {
+                    "name": "fork",
+                    "taskReferenceName": "fork",
+                    "type": "FORK_JOIN",
+                    "forkTasks": [
+                        [step("b1", "chaos_flaky", value=value, failAttempts=1)],
+                        [step("b2", "chaos_sem", value=value)],
+                        [
+                            {
+                                "name": "chaos_http",
+                                "taskReferenceName": "b3",
+                                "type": "HTTP",
+                                "inputParameters": {
+                                    "http_request": {
+                                        "uri": f"{http_base}/add?value={value}&key=${{workflow.workflowId}}"
+                                    }
+                                },
+                            }
+                        ],
+                        [step("b4", "chaos_hb", value=value, hangAttempts=1)],
+                    ],
+                },
+                {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["b1", "b2", "b3", "b4"]},
+                {
+                    "name": "chaos_sum",
+                    "taskReferenceName": "sum",
+                    "type": "JSON_JQ_TRANSFORM",
+                    "inputParameters": {
+                        "a": "${b1.output.value}",
+                        "b": "${b2.output.value}",
+                        "c": "${b3.output.response.body.value}",
+                        "d": "${b4.output.value}",
+                        "queryExpression": ".a + .b + .c + .d",
+                    },
+                },
+                step("s2", "chaos_capped", value="${sum.output.result}"),
+            ],
+            "outputParameters": {"result": "${s2.output.value}"},
+        },
+    )
     one_step = {"tasks": [step("p", value="${workflow.input.n}")], "outputParameters": {"value": "${p.output.value}"}}
     put("metadata/workflow-definitions", {"name": "chaos_ping", **one_step})
-    put("metadata/workflow-definitions", {"name": "chaos_admit", **one_step, "rateLimitConfig": {
-        "rateLimitKey": "${workflow.input.group}", "concurrentExecLimit": 1}})
-    put("metadata/workflow-definitions", {"name": "chaos_fail", "tasks": [
-        {**step("f", value=1, failAttempts=99), "retryCount": 1}]})
-    put("metadata/workflow-definitions", {"name": "chaos_wf_timeout", "timeoutSeconds": 3,
-                                          "timeoutPolicy": "TIME_OUT_WF",
-                                          "tasks": [step("h", value=1, hangAttempts=1000)]})
-    put("metadata/workflow-definitions", {"name": "chaos_task_timeout",
-                                          "tasks": [step("t", "chaos_total", value=1, hangAttempts=1000)]})
+    put(
+        "metadata/workflow-definitions",
+        {
+            "name": "chaos_admit",
+            **one_step,
+            "rateLimitConfig": {"rateLimitKey": "${workflow.input.group}", "concurrentExecLimit": 1},
+        },
+    )
+    put(
+        "metadata/workflow-definitions",
+        {"name": "chaos_fail", "tasks": [{**step("f", value=1, failAttempts=99), "retryCount": 1}]},
+    )
+    put(
+        "metadata/workflow-definitions",
+        {
+            "name": "chaos_wf_timeout",
+            "timeoutSeconds": 3,
+            "timeoutPolicy": "TIME_OUT_WF",
+            "tasks": [step("h", value=1, hangAttempts=1000)],
+        },
+    )
+    put(
+        "metadata/workflow-definitions",
+        {"name": "chaos_task_timeout", "tasks": [step("t", "chaos_total", value=1, hangAttempts=1000)]},
+    )
     put("schedules", {"name": "chaos_tick", "cron": "* * * * * */2", "workflowName": "chaos_ping", "input": {"n": 10}})
 
 
@@ -269,8 +330,11 @@ def during_kills() -> list[tuple[str, dict]]:
 
 def across_the_restart() -> list[tuple[str, dict]]:
     """Started just before PostgreSQL goes down, so they are in flight when it does."""
-    return ([("chaos_mixed", {"n": 100 + n}) for n in range(6)] + [("chaos_task_timeout", {"i": 100})]
-            + [("chaos_admit", {"n": 100 + n, "group": "d"}) for n in range(2)])
+    return (
+        [("chaos_mixed", {"n": 100 + n}) for n in range(6)]
+        + [("chaos_task_timeout", {"i": 100})]
+        + [("chaos_admit", {"n": 100 + n, "group": "d"}) for n in range(2)]
+    )
 
 
 class Driver:
@@ -338,14 +402,18 @@ class Invariants(threading.Thread):
 
     def sample(self) -> None:
         try:
-            capped = self.db.value("SELECT count(*) FROM executions_task WHERE queue = 'chaos_capped' "
-                                   "AND status = 'IN_PROGRESS'")
+            capped = self.db.value(
+                "SELECT count(*) FROM executions_task WHERE queue = 'chaos_capped' AND status = 'IN_PROGRESS'"
+            )
             # A margin on the lease expiry: the test's clock and the servers' may differ by a little.
             permits = self.db.value(
                 "SELECT count(*) FROM quotas_semaphoreholder h JOIN executions_task t ON t.id = h.task_id "
-                "WHERE t.status = 'IN_PROGRESS' AND t.lease_expires_at > now() + interval '200 ms'")
-            admitted = self.db.value("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM quotas_admission "
-                                     "WHERE admitted GROUP BY bucket) b")
+                "WHERE t.status = 'IN_PROGRESS' AND t.lease_expires_at > now() + interval '200 ms'"
+            )
+            admitted = self.db.value(
+                "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM quotas_admission "
+                "WHERE admitted GROUP BY bucket) b"
+            )
         except psycopg.OperationalError:
             time.sleep(0.2)
             return  # the database is down: nothing to sample
@@ -422,15 +490,19 @@ def serving(db: Db, stack: Stack, name: str, at: dt.datetime) -> Kill:
 
 
 def seen(db: Db, sql: str, params: tuple = ()) -> tuple[Seen, ...]:
-    return tuple(Seen(str(row["id"]), str(row["execution_id"]), row["ref"], row["open"], row["started_at"])
-                 for row in db.rows(sql, params))
+    return tuple(
+        Seen(str(row["id"]), str(row["execution_id"]), row["ref"], row["open"], row["started_at"])
+        for row in db.rows(sql, params)
+    )
 
 
 def stalls(db: Db, kills: list[Kill], *, scheduled: list[dict]) -> list[Stall]:
     """For every kill, how long each thing the killed process served waited
     for its next step after the kill (see the module docstring)."""
-    rows = {str(row["id"]): row for row in db.rows(
-        "SELECT id, execution_id, scheduled_at, started_at, ended_at FROM executions_task")}
+    rows = {
+        str(row["id"]): row
+        for row in db.rows("SELECT id, execution_id, scheduled_at, started_at, ended_at FROM executions_task")
+    }
     ended = {str(row["id"]): row["ended_at"] for row in db.rows("SELECT id, ended_at FROM executions_execution")}
     by_execution: dict[str, list[dict]] = {}
     for row in rows.values():
@@ -488,14 +560,17 @@ def recovery(found: list[Stall], kills: list[Kill]) -> str:
         kind = item.kill.rstrip("-0123456789")
         by_process[kind] = round(max(by_process.get(kind, 0.0), item.seconds), 2)
     decisions = [s.seconds for s in found if s.what.startswith("decision")]
-    return (f"recovery after a kill: {len(kills)} kills, {len(found)} waits; worst stall {worst.seconds:.2f} s "
-            f"({worst.what}, {worst.kill} killed), p50 {ordered[len(ordered) // 2].seconds:.2f} s; "
-            f"worst by process killed: {by_process}; worst of {len(decisions)} decide requests: "
-            f"{max(decisions, default=0.0):.2f} s; the 5 longest: "
-            f"{[(s.kill, s.what, round(s.seconds, 2)) for s in ordered[-5:]]}")
+    return (
+        f"recovery after a kill: {len(kills)} kills, {len(found)} waits; worst stall {worst.seconds:.2f} s "
+        f"({worst.what}, {worst.kill} killed), p50 {ordered[len(ordered) // 2].seconds:.2f} s; "
+        f"worst by process killed: {by_process}; worst of {len(decisions)} decide requests: "
+        f"{max(decisions, default=0.0):.2f} s; the 5 longest: "
+        f"{[(s.kill, s.what, round(s.seconds, 2)) for s in ordered[-5:]]}"
+    )
 
 
 # --- the test -------------------------------------------------------------------
+
 
 @pytest.fixture
 def cluster() -> Iterator[PrivateCluster]:
@@ -514,8 +589,9 @@ def arithmetic() -> Iterator[Arithmetic]:
 
 def manage(database_url: str, *args: str) -> str:
     env = {**os.environ, "DATABASE_URL": database_url}
-    return subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          check=True, timeout=180).stdout
+    return subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=180
+    ).stdout
 
 
 def build_stack(database_url: str, key: str) -> Stack:
@@ -527,9 +603,13 @@ def build_stack(database_url: str, key: str) -> Stack:
     urls = [stack.add_api("api-1"), stack.add_gunicorn("api-2", port=free_port())]
     for url in urls:
         stack.wait_for_api(url=url)
-    for name, command in (("decider-1", "nodeflow_decider"), ("decider-2", "nodeflow_decider"),
-                          ("sweeper", "nodeflow_sweeper"), ("scheduler", "nodeflow_scheduler"),
-                          ("systemtasks", "nodeflow_systemtasks")):
+    for name, command in (
+        ("decider-1", "nodeflow_decider"),
+        ("decider-2", "nodeflow_decider"),
+        ("sweeper", "nodeflow_sweeper"),
+        ("scheduler", "nodeflow_scheduler"),
+        ("systemtasks", "nodeflow_systemtasks"),
+    ):
         stack.add_role(name, command)
     for index in range(WORKERS):
         stack.add_worker(f"worker-{index}", key, *QUEUES, url=urls[index % len(urls)])
@@ -539,7 +619,11 @@ def build_stack(database_url: str, key: str) -> Stack:
 def test_it_keeps_every_guarantee_through_sigkills_and_a_postgres_restart(cluster, arithmetic):
     database_url = cluster.create_database("nodeflow_chaos")
     manage(database_url, "migrate", "--noinput", "-v", "0")
-    key = manage(database_url, "nodeflow_apikey", "create", "--namespace", "default", "--role", "admin").strip().splitlines()[-1]
+    key = (
+        manage(database_url, "nodeflow_apikey", "create", "--namespace", "default", "--role", "admin")
+        .strip()
+        .splitlines()[-1]
+    )
     db = Db(database_url)
     stack = build_stack(database_url, key)
     driver = Driver(list(stack.api_urls.values()), key)
@@ -567,22 +651,39 @@ def test_it_keeps_every_guarantee_through_sigkills_and_a_postgres_restart(cluste
         # No process is killed from here on: each must recover by itself.
         keep_every_worker_busy(db, stack, driver, since=restarted_at)
         phases["every worker busy"] = time.monotonic() - began
-        decided_alone = {name: decides_alone(db, stack, name, other=other, execution_id=next(iter(driver.started)))
-                         for name, other in (("decider-1", "decider-2"), ("decider-2", "decider-1"))}
-        fired_after = wait_until(lambda: db.value(
-            "SELECT count(*) FROM quotas_schedule WHERE last_fired_at > %s", (restarted_at,)), 15)
+        decided_alone = {
+            name: decides_alone(db, stack, name, other=other, execution_id=next(iter(driver.started)))
+            for name, other in (("decider-1", "decider-2"), ("decider-2", "decider-1"))
+        }
+        fired_after = wait_until(
+            lambda: db.value("SELECT count(*) FROM quotas_schedule WHERE last_fired_at > %s", (restarted_at,)), 15
+        )
         driver.clients[0].http.post("/v1/ns/default/schedules/chaos_tick/pause").raise_for_status()
-        wait_until(lambda: not db.value(
-            "SELECT count(*) FROM executions_execution WHERE status IN ('RUNNING', 'PAUSED')"), FINISH_S)
+        wait_until(
+            lambda: not db.value("SELECT count(*) FROM executions_execution WHERE status IN ('RUNNING', 'PAUSED')"),
+            FINISH_S,
+        )
         phases["settled"] = time.monotonic() - began
         invariants.stop()
         print(f"\nchaos test phases (s since the stack was up): { {k: round(v, 1) for k, v in phases.items()} }")
 
         healthy = {name: httpx.get(f"{url}/healthz", timeout=5).status_code for name, url in stack.api_urls.items()}
         processes_alive = {name: process.poll() is None for name, process in stack.processes.items()}
-        check(db, driver, stack, invariants, arithmetic, cluster, restarted_at=restarted_at,
-              decided_alone=decided_alone, fired_after=fired_after, healthy=healthy, alive=processes_alive,
-              running_before=running_before, kills=kills)
+        check(
+            db,
+            driver,
+            stack,
+            invariants,
+            arithmetic,
+            cluster,
+            restarted_at=restarted_at,
+            decided_alone=decided_alone,
+            fired_after=fired_after,
+            healthy=healthy,
+            alive=processes_alive,
+            running_before=running_before,
+            kills=kills,
+        )
     finally:
         invariants.stop()
         driver.close()
@@ -620,8 +721,10 @@ def keep_every_worker_busy(db: Db, stack: Stack, driver: Driver, *, since: dt.da
     after ``since`` (bounded: the check afterwards says which one did not)."""
     worker_ids = {f"w{stack.pid(f'worker-{i}')}" for i in range(WORKERS)}
     give_up, n = time.monotonic() + 30, 0
-    while time.monotonic() < give_up and worker_ids - {row["worker_id"] for row in db.rows(
-            "SELECT DISTINCT worker_id FROM executions_task WHERE started_at > %s", (since,))}:
+    while time.monotonic() < give_up and worker_ids - {
+        row["worker_id"]
+        for row in db.rows("SELECT DISTINCT worker_id FROM executions_task WHERE started_at > %s", (since,))
+    }:
         driver.start("chaos_ping", {"n": 1000 + n})
         n += 1
         time.sleep(0.2)
@@ -633,8 +736,10 @@ def decides_alone(db: Db, stack: Stack, name: str, *, other: str, execution_id: 
     it did a decider's work. How long that took, or None (not within 15 s)."""
     stack.pause(other)
     try:
-        db.rows("INSERT INTO executions_deciderequest (execution_id, due_at) VALUES (%s, now()) ON CONFLICT DO NOTHING",
-                (execution_id,))
+        db.rows(
+            "INSERT INTO executions_deciderequest (execution_id, due_at) VALUES (%s, now()) ON CONFLICT DO NOTHING",
+            (execution_id,),
+        )
         inserted = time.monotonic()
         while db.value("SELECT count(*) FROM executions_deciderequest WHERE execution_id = %s", (execution_id,)):
             if time.monotonic() - inserted > 15:
@@ -662,39 +767,68 @@ def wait_until(condition, timeout_s: float) -> bool:
     return True
 
 
-def check(db: Db, driver: Driver, stack: Stack, invariants: Invariants, arithmetic: Arithmetic,
-          cluster: PrivateCluster, *, restarted_at: dt.datetime, decided_alone: dict,
-          fired_after: int, healthy: dict, alive: dict, running_before: int, kills: list[Kill]) -> None:
-    scheduled_rows = db.rows("SELECT created_at, idempotency_key FROM executions_execution "
-                             "WHERE idempotency_key LIKE 'schedule:%%'")
+def check(
+    db: Db,
+    driver: Driver,
+    stack: Stack,
+    invariants: Invariants,
+    arithmetic: Arithmetic,
+    cluster: PrivateCluster,
+    *,
+    restarted_at: dt.datetime,
+    decided_alone: dict,
+    fired_after: int,
+    healthy: dict,
+    alive: dict,
+    running_before: int,
+    kills: list[Kill],
+) -> None:
+    scheduled_rows = db.rows(
+        "SELECT created_at, idempotency_key FROM executions_execution WHERE idempotency_key LIKE 'schedule:%%'"
+    )
     waits = stalls(db, kills, scheduled=scheduled_rows)
     recovered = recovery(waits, kills)
     print(f"\n{recovered}")
     logs = f"\n{recovered}\nprocess logs in {stack.logdir}\n{stack.logs()}"
-    executions = {str(row["id"]): row for row in db.rows(
-        "SELECT id, name, status, input, output, reason_for_incompletion FROM executions_execution")}
+    executions = {
+        str(row["id"]): row
+        for row in db.rows("SELECT id, name, status, input, output, reason_for_incompletion FROM executions_execution")
+    }
     scheduled = [pk for pk, row in executions.items() if row["name"] == "chaos_ping" and pk not in driver.started]
     wanted = {pk: expected(name, payload) for pk, (name, payload) in driver.started.items()}
     wanted |= {pk: expected("chaos_ping", {"n": 10}) for pk in scheduled}
 
     # 1. Every execution reached the state its definition and input imply.
-    wrong = {pk: (executions[pk]["name"], executions[pk]["status"], executions[pk]["output"],
-                  executions[pk]["reason_for_incompletion"][:200], want)
-             for pk, want in wanted.items()
-             if executions[pk]["status"] != want[0] or (want[1] is not None and executions[pk]["output"] != want[1])}
+    wrong = {
+        pk: (
+            executions[pk]["name"],
+            executions[pk]["status"],
+            executions[pk]["output"],
+            executions[pk]["reason_for_incompletion"][:200],
+            want,
+        )
+        for pk, want in wanted.items()
+        if executions[pk]["status"] != want[0] or (want[1] is not None and executions[pk]["output"] != want[1])
+    }
     if wrong:
-        stuck = db.rows("SELECT execution_id, path, type, status, attempt, worker_id, available_at, lease_expires_at, "
-                        "now() AS db_now FROM executions_task WHERE status IN ('SCHEDULED', 'IN_PROGRESS') "
-                        "ORDER BY execution_id, seq")
+        stuck = db.rows(
+            "SELECT execution_id, path, type, status, attempt, worker_id, available_at, lease_expires_at, "
+            "now() AS db_now FROM executions_task WHERE status IN ('SCHEDULED', 'IN_PROGRESS') "
+            "ORDER BY execution_id, seq"
+        )
         decide = db.rows("SELECT * FROM executions_deciderequest")
         timers = db.rows("SELECT kind, execution_id, due_at FROM executions_timer ORDER BY due_at")
-        raise AssertionError(f"{len(wrong)} of {len(wanted)} executions ended wrongly: {wrong}\nopen tasks: {stuck}"
-                             f"\ndecide requests: {decide}\ntimers: {timers}{logs}")
+        raise AssertionError(
+            f"{len(wrong)} of {len(wanted)} executions ended wrongly: {wrong}\nopen tasks: {stuck}"
+            f"\ndecide requests: {decide}\ntimers: {timers}{logs}"
+        )
     assert set(executions) == set(wanted), "an execution nobody started exists (a start ran twice?)"
 
     # 2. No logical task completed twice.
-    twice = db.rows("SELECT execution_id, run, path, count(*) AS n FROM executions_task WHERE status = 'COMPLETED' "
-                    "GROUP BY execution_id, run, path HAVING count(*) > 1")
+    twice = db.rows(
+        "SELECT execution_id, run, path, count(*) AS n FROM executions_task WHERE status = 'COMPLETED' "
+        "GROUP BY execution_id, run, path HAVING count(*) > 1"
+    )
     assert not twice, twice
 
     # 3. Nothing leaked: no open task, no live permit, no admission ticket, no
@@ -702,8 +836,13 @@ def check(db: Db, driver: Driver, stack: Stack, invariants: Invariants, arithmet
     assert db.value("SELECT count(*) FROM executions_task WHERE status IN ('SCHEDULED', 'IN_PROGRESS')") == 0
     semaphore = driver.clients[0].http.get("/v1/ns/default/semaphores/chaos_pool").json()
     assert semaphore["held"] == 0, semaphore
-    assert db.value("SELECT count(*) FROM quotas_semaphoreholder h JOIN executions_task t ON t.id = h.task_id "
-                    "WHERE t.status IN ('SCHEDULED', 'IN_PROGRESS')") == 0
+    assert (
+        db.value(
+            "SELECT count(*) FROM quotas_semaphoreholder h JOIN executions_task t ON t.id = h.task_id "
+            "WHERE t.status IN ('SCHEDULED', 'IN_PROGRESS')"
+        )
+        == 0
+    )
     assert db.value("SELECT count(*) FROM quotas_admission") == 0
     assert wait_until(lambda: not db.value("SELECT count(*) FROM executions_deciderequest"), 10)
     assert invariants.samples > 20
@@ -714,14 +853,17 @@ def check(db: Db, driver: Driver, stack: Stack, invariants: Invariants, arithmet
     # 4. Every process alive at the restart reconnected by itself and worked after it.
     assert all(alive.values()), f"a process died: {alive}{logs}"
     assert all(at < restarted_at.timestamp() for at in stack.started_at.values()), "a process was restarted"
-    assert healthy == {name: 200 for name in stack.api_urls}, healthy
-    after = {row["worker_id"] for row in db.rows(
-        "SELECT DISTINCT worker_id FROM executions_task WHERE started_at > %s", (restarted_at,))}
+    assert healthy == dict.fromkeys(stack.api_urls, 200), healthy
+    after = {
+        row["worker_id"]
+        for row in db.rows("SELECT DISTINCT worker_id FROM executions_task WHERE started_at > %s", (restarted_at,))
+    }
     for index in range(WORKERS):
         assert f"w{stack.pid(f'worker-{index}')}" in after, f"worker-{index} leased nothing after the restart{logs}"
     assert any(w.endswith(f":{stack.pid('systemtasks')}") for w in after), f"the system-task runner idles{logs}"
-    assert db.value("SELECT count(*) FROM executions_task WHERE status = 'TIMED_OUT' AND ended_at > %s",
-                    (restarted_at,)), f"the sweeper timed nothing out after the restart{logs}"
+    assert db.value(
+        "SELECT count(*) FROM executions_task WHERE status = 'TIMED_OUT' AND ended_at > %s", (restarted_at,)
+    ), f"the sweeper timed nothing out after the restart{logs}"
     assert fired_after, f"the scheduler fired nothing after the restart{logs}"
     assert None not in decided_alone.values(), f"a decider alone did not drain a decide request: {decided_alone}{logs}"
     assert max(decided_alone.values()) <= STALL_LIMIT_S, f"an orphaned decide request waited: {decided_alone}{logs}"
@@ -735,17 +877,19 @@ def check(db: Db, driver: Driver, stack: Stack, invariants: Invariants, arithmet
 
     tasks = db.rows("SELECT status, count(*) AS n FROM executions_task GROUP BY status")
     by_status = Counter({row["status"]: row["n"] for row in tasks})
-    print(f"\nchaos test: {len(wanted)} executions ({dict(Counter(row['status'] for row in executions.values()))}), "
-          f"{stack.kills} SIGKILLs, 1 PostgreSQL restart ({running_before} executions running at it; down {DOWN_S} s), "
-          f"{db.value('SELECT count(*) FROM executions_task WHERE attempt > 1')} retried attempts, "
-          f"{by_status['TIMED_OUT']} timed-out attempts, {by_status['FAILED']} failed attempts, "
-          f"{db.value('SELECT count(*) FROM executions_task WHERE deliveries > 1')} re-deliveries, "
-          f"{renewed} system-task leases renewed during their call, "
-          f"{arithmetic.refused} HTTP 503s, {len(scheduled)} scheduled starts; "
-          f"peaks: {invariants.max_capped}/{CAP} capped in flight, {invariants.max_permits}/{SEMAPHORE_PERMITS} permits, "
-          f"{invariants.max_admitted}/1 admitted per key ({invariants.samples} samples); "
-          f"an orphaned decide request drained by each decider alone in "
-          f"{ {name: round(seconds, 2) for name, seconds in decided_alone.items()} } s")
+    print(
+        f"\nchaos test: {len(wanted)} executions ({dict(Counter(row['status'] for row in executions.values()))}), "
+        f"{stack.kills} SIGKILLs, 1 PostgreSQL restart ({running_before} executions running at it; down {DOWN_S} s), "
+        f"{db.value('SELECT count(*) FROM executions_task WHERE attempt > 1')} retried attempts, "
+        f"{by_status['TIMED_OUT']} timed-out attempts, {by_status['FAILED']} failed attempts, "
+        f"{db.value('SELECT count(*) FROM executions_task WHERE deliveries > 1')} re-deliveries, "
+        f"{renewed} system-task leases renewed during their call, "
+        f"{arithmetic.refused} HTTP 503s, {len(scheduled)} scheduled starts; "
+        f"peaks: {invariants.max_capped}/{CAP} capped in flight, {invariants.max_permits}/{SEMAPHORE_PERMITS} permits, "
+        f"{invariants.max_admitted}/1 admitted per key ({invariants.samples} samples); "
+        f"an orphaned decide request drained by each decider alone in "
+        f"{ {name: round(seconds, 2) for name, seconds in decided_alone.items()} } s"
+    )
 
     # 5. Recovery after a kill: nothing a killed process served waited long.
     worst = max((w.seconds for w in waits), default=0.0)
@@ -756,5 +900,8 @@ def reconnections(server_log: str) -> set[str]:
     """Application names (the process names) that connected after the last
     start of the server."""
     tail = server_log.rsplit("database system is ready to accept connections", 1)[-1]
-    return {line.split("application_name=", 1)[1].split()[0] for line in tail.splitlines()
-            if "connection authorized" in line and "application_name=" in line}
+    return {
+        line.split("application_name=", 1)[1].split()[0]
+        for line in tail.splitlines()
+        if "connection authorized" in line and "application_name=" in line
+    }

@@ -1,6 +1,7 @@
 """concurrentExecLimit (per task definition, at dequeue), maxConcurrentTasks
 (per execution, in the decider) and maxConcurrentExecutions (per workflow
 definition, at start): SPEC §8."""
+
 from __future__ import annotations
 
 import threading
@@ -83,11 +84,20 @@ def test_a_waiting_long_poll_gets_the_freed_slot_at_once(api):
 
 # --- maxConcurrentTasks -------------------------------------------------------
 
+
 def fan_out(api, cap: int, branches: int = 6) -> dict:
-    register(api, "fan_out", {
-        "name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN",
-        "forkTasks": [[simple(f"b{i}", "leaf")] for i in range(branches)],
-    }, {"name": "join", "taskReferenceName": "join", "type": "JOIN"}, maxConcurrentTasks=cap)
+    register(
+        api,
+        "fan_out",
+        {
+            "name": "fan",
+            "taskReferenceName": "fan",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple(f"b{i}", "leaf")] for i in range(branches)],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
+        maxConcurrentTasks=cap,
+    )
     return start(api, "fan_out")
 
 
@@ -113,13 +123,22 @@ def test_max_concurrent_tasks_bounds_the_tasks_of_one_run(api):
 
 
 def test_operators_and_waiting_tasks_are_exempt_from_max_concurrent_tasks(api):
-    register(api, "waits", {
-        "name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [
-            [{"name": "h1", "taskReferenceName": "h1", "type": "HUMAN"}],
-            [{"name": "h2", "taskReferenceName": "h2", "type": "HUMAN"}],
-            [simple("w1", "leaf")],
-        ],
-    }, {"name": "join", "taskReferenceName": "join", "type": "JOIN"}, maxConcurrentTasks=1)
+    register(
+        api,
+        "waits",
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN",
+            "forkTasks": [
+                [{"name": "h1", "taskReferenceName": "h1", "type": "HUMAN"}],
+                [{"name": "h2", "taskReferenceName": "h2", "type": "HUMAN"}],
+                [simple("w1", "leaf")],
+            ],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
+        maxConcurrentTasks=1,
+    )
     view = execution(api, start(api, "waits")["id"])
     types = sorted(t["type"] for t in view["tasks"] if t["status"] in ("SCHEDULED", "IN_PROGRESS"))
     assert types == ["FORK_JOIN", "HUMAN", "HUMAN", "SIMPLE"]
@@ -131,6 +150,7 @@ def test_a_run_with_room_under_its_cap_is_not_blocked(api):
 
 
 # --- maxConcurrentExecutions -------------------------------------------------
+
 
 def test_max_concurrent_executions_refuses_a_start_before_the_row_exists(api):
     from executions.models import Execution
@@ -178,4 +198,7 @@ def test_refusals_are_counted_by_control(api):
     poll(api, "charge", count=5)
     poll(api, "charge", count=5)
     assert (count("maxConcurrentExecutions"), count("concurrentExecLimit")) == (before[0] + 1, before[1] + 1)
-    assert 'nodeflow_limit_refusals_total{control="maxConcurrentExecutions"}' in api.client.get("/metrics").content.decode()
+    assert (
+        'nodeflow_limit_refusals_total{control="maxConcurrentExecutions"}'
+        in api.client.get("/metrics").content.decode()
+    )

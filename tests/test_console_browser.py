@@ -2,6 +2,7 @@
 Selenium through /usr/bin/chromedriver (named explicitly, so Selenium Manager
 fetches nothing), against pytest-django's live server. A worker completes
 the tasks over HTTP while the execution page follows it to the end."""
+
 from __future__ import annotations
 
 import shutil
@@ -39,8 +40,15 @@ def browser():
     assert CHROMEDRIVER.exists() or shutil.which("chromedriver"), "chromium is here but chromedriver is not"
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,1000", "--disable-extensions", "--no-first-run"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(WAIT_S)
@@ -56,8 +64,9 @@ def operator(django_user_model):
 @pytest.fixture
 def worker(live_server, make_key):
     """A worker of namespace "default" speaking HTTP to the live server."""
-    with httpx.Client(base_url=f"{live_server.url}/v1/ns/default/", headers={"x-api-key": make_key("worker")},
-                      timeout=WAIT_S) as client:
+    with httpx.Client(
+        base_url=f"{live_server.url}/v1/ns/default/", headers={"x-api-key": make_key("worker")}, timeout=WAIT_S
+    ) as client:
         yield Worker(client)
 
 
@@ -69,14 +78,16 @@ class Worker:
         response = self.client.post(f"tasks/poll/{queue}", json={"workerId": "browser-test", "count": 1})
         assert response.status_code == 200, response.text
         (task,) = response.json()
-        done = self.client.post(f"tasks/{task['taskId']}/result",
-                                json={"leaseToken": task["leaseToken"], "status": "COMPLETED", "outputData": {"ok": True}})
+        done = self.client.post(
+            f"tasks/{task['taskId']}/result",
+            json={"leaseToken": task["leaseToken"], "status": "COMPLETED", "outputData": {"ok": True}},
+        )
         assert done.status_code == 200, done.text
 
 
 def rgb(colour: str) -> str:
     """``#31a354`` → ``rgb(49, 163, 84)``, as getComputedStyle reports it."""
-    red, green, blue = (int(colour[index:index + 2], 16) for index in (1, 3, 5))
+    red, green, blue = (int(colour[index : index + 2], 16) for index in (1, 3, 5))
     return f"rgb({red}, {green}, {blue})"
 
 
@@ -84,7 +95,9 @@ def fill_of(driver, key: str) -> str | None:
     """The computed fill of a graph node's box (None while it is not drawn)."""
     return driver.execute_script(
         "var box = document.querySelector('#graph g.node[data-key=\"' + arguments[0] + '\"] rect');"
-        "return box ? getComputedStyle(box).fill : null;", key)
+        "return box ? getComputedStyle(box).fill : null;",
+        key,
+    )
 
 
 def wait_for_fills(driver, expected: dict[str, str]) -> None:
@@ -95,7 +108,7 @@ def wait_for_fills(driver, expected: dict[str, str]) -> None:
 
     try:
         WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(drawn)
-    except Exception:  # say what the page showed instead
+    except Exception:  # noqa: BLE001 - whatever the wait raised, say what the page showed instead
         seen = {key: fill_of(driver, key) for key in wanted}
         raise AssertionError(f"graph fills: wanted {wanted}, saw {seen}") from None
 
@@ -113,10 +126,18 @@ def log_in(driver, base: str, path: str) -> None:
 def test_an_operator_follows_a_running_execution_to_completion(browser, live_server, api, operator, worker):
     for name in ("pick", "pack", "ship"):
         task_def(api, name)
-    register(api, "shipment",
-             {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [[simple("pick")], [simple("pack")]]},
-             {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["pick", "pack"]},
-             simple("ship"))
+    register(
+        api,
+        "shipment",
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple("pick")], [simple("pack")]],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["pick", "pack"]},
+        simple("ship"),
+    )
     pk = start(api, "shipment", correlationId="order-4711")["id"]
 
     log_in(browser, live_server.url, "/console/")
@@ -128,8 +149,16 @@ def test_an_operator_follows_a_running_execution_to_completion(browser, live_ser
 
     WebDriverWait(browser, WAIT_S).until(expected_conditions.presence_of_element_located((By.ID, "graph")))
     assert browser.current_url == f"{live_server.url}/console/executions/{pk}"
-    wait_for_fills(browser, {"fork": "IN_PROGRESS", "pick": "SCHEDULED", "pack": "SCHEDULED",
-                             "join": graph.NOT_STARTED, "ship": graph.NOT_STARTED})
+    wait_for_fills(
+        browser,
+        {
+            "fork": "IN_PROGRESS",
+            "pick": "SCHEDULED",
+            "pack": "SCHEDULED",
+            "join": graph.NOT_STARTED,
+            "ship": graph.NOT_STARTED,
+        },
+    )
     browser.execute_script("window.followedWithoutReload = true;")
 
     worker.complete_one("pick")
@@ -137,12 +166,13 @@ def test_an_operator_follows_a_running_execution_to_completion(browser, live_ser
     worker.complete_one("pack")
     wait_for_fills(browser, {"fork": "COMPLETED", "pack": "COMPLETED", "join": "COMPLETED", "ship": "SCHEDULED"})
     worker.complete_one("ship")
-    wait_for_fills(browser, {key: "COMPLETED" for key in ("fork", "pick", "pack", "join", "ship")})
+    wait_for_fills(browser, dict.fromkeys(("fork", "pick", "pack", "join", "ship"), "COMPLETED"))
 
     status = browser.find_element(By.CSS_SELECTOR, "#execution-status .badge")
     assert status.text == "COMPLETED"
     assert status.value_of_css_property("background-color") == rgb(graph.EXECUTION_COLOURS["COMPLETED"]).replace(
-        "rgb(", "rgba(").replace(")", ", 1)")
+        "rgb(", "rgba("
+    ).replace(")", ", 1)")
     live = browser.find_element(By.ID, "live")
     assert live.get_attribute("data-refresh-seconds") is None  # it stopped following
     assert browser.execute_script("return window.followedWithoutReload === true;")  # updated in place, no reload

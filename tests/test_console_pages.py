@@ -2,6 +2,7 @@
 list and its filters, one execution drawn as a graph with its tasks, the
 controls of a namespace, and who may see them. The graph's layout is tested
 on its own below."""
+
 from __future__ import annotations
 
 import re
@@ -48,13 +49,16 @@ def listed_ids(html: str) -> list[str]:
 def nodes(html: str) -> dict[str, dict]:
     """key → {status, fill} of each graph node on an execution page."""
     found = {}
-    for match in re.finditer(r'<g class="node[^"]*" data-key="([^"]+)"[^>]*data-status="([A-Z_]+)">(.*?)</g>', html, re.S):
+    for match in re.finditer(
+        r'<g class="node[^"]*" data-key="([^"]+)"[^>]*data-status="([A-Z_]+)">(.*?)</g>', html, re.S
+    ):
         fill_ = re.search(r'<rect [^>]*fill="(#[0-9a-f]{6})"', match.group(3)).group(1)
         found[match.group(1)] = {"status": match.group(2), "fill": fill_, "body": match.group(3)}
     return found
 
 
 # --- who may see the pages ------------------------------------------------------
+
 
 def test_it_sends_anonymous_visitors_to_the_admin_login(client, api):
     (pk,) = fill(api, "charge", 1)
@@ -93,6 +97,7 @@ def test_it_only_answers_get(admin_client):
 
 
 # --- the executions list ----------------------------------------------------------
+
 
 @pytest.fixture
 def spread(api, api_for, frozen_clock) -> dict[str, str]:
@@ -171,6 +176,7 @@ def test_bad_filters_are_a_400_naming_the_field(admin_client, api, query, field)
 
 # --- one execution ------------------------------------------------------------------
 
+
 def test_it_shows_each_attempt_with_timings_blocked_by_and_errors(admin_client, api, frozen_clock):
     task_def(api, "charge", retryCount=1, retryLogic="FIXED", retryDelaySeconds=30, jitter=0)
     register(api, "pay", simple("charge"))
@@ -217,8 +223,11 @@ def test_the_page_shows_why_an_execution_failed(admin_client, api):
 def test_a_sub_workflow_node_links_to_the_child_and_the_child_to_its_parent(admin_client, api):
     task_def(api, "inner")
     register(api, "child", simple("inner"))
-    register(api, "parent", {"name": "child", "taskReferenceName": "sub", "type": "SUB_WORKFLOW",
-                             "subWorkflowParam": {"name": "child"}})
+    register(
+        api,
+        "parent",
+        {"name": "child", "taskReferenceName": "sub", "type": "SUB_WORKFLOW", "subWorkflowParam": {"name": "child"}},
+    )
     pk = start(api, "parent")["id"]
     sweep()
     child_id = task_at(execution(api, pk), "sub")["subWorkflowId"]
@@ -250,6 +259,7 @@ def test_every_status_has_its_own_colour():
 
 
 # --- controls of a namespace ------------------------------------------------------------
+
 
 def test_the_controls_page_shows_queues_workers_semaphores_windows_and_breakers(admin_client, api, frozen_clock):
     api.put("semaphores/erp", {"permits": 2})
@@ -308,14 +318,23 @@ def _open_a_breaker(key: str) -> None:
 
 # --- the graph's layout ---------------------------------------------------------------------
 
+
 def _t(ref: str, kind: str = "SIMPLE", **fields) -> dict:
     return {"name": fields.pop("name", ref), "taskReferenceName": ref, "type": kind, **fields}
 
 
 def _row_view(path: str, status: str, **fields) -> dict:
     ref = path.rsplit(".", 1)[-1].split("[")[0]
-    return {"path": path, "referenceTaskName": ref, "status": status, "outputData": fields.pop("output", {}),
-            "subWorkflowId": None, "blockedBy": None, "reasonForIncompletion": None, **fields}
+    return {
+        "path": path,
+        "referenceTaskName": ref,
+        "status": status,
+        "outputData": fields.pop("output", {}),
+        "subWorkflowId": None,
+        "blockedBy": None,
+        "reasonForIncompletion": None,
+        **fields,
+    }
 
 
 def _overlaps(a: graph.Node, b: graph.Node) -> bool:
@@ -325,8 +344,8 @@ def _overlaps(a: graph.Node, b: graph.Node) -> bool:
 def _sound(laid: graph.Graph) -> None:
     """No two nodes overlap, and everything is inside the drawing."""
     for index, node in enumerate(laid.nodes):
-        assert 0 <= node.x and node.x + node.w <= laid.width and 0 <= node.y and node.y + node.h <= laid.height
-        for other in laid.nodes[index + 1:]:
+        assert node.x >= 0 and node.x + node.w <= laid.width and node.y >= 0 and node.y + node.h <= laid.height
+        for other in laid.nodes[index + 1 :]:
             assert not _overlaps(node, other), (node.key, other.key)
     for edge in laid.edges:
         for x, y in edge.points:
@@ -338,17 +357,27 @@ def _edges_between(laid: graph.Graph, upper: str, lower: str) -> list[graph.Edge
     return [e for e in laid.edges if e.points[0] == (a.cx, a.y + a.h) and e.points[-1] == (b.cx, b.y)]
 
 
-FORK = {"tasks": [
-    _t("prepare"),
-    _t("fork", "FORK_JOIN", forkTasks=[[_t("a1"), _t("a2")], [_t("b1")], [_t("c1")]]),
-    _t("join", "JOIN", joinOn=["a2", "b1", "c1"]),
-    _t("finish"),
-]}
+FORK = {
+    "tasks": [
+        _t("prepare"),
+        _t("fork", "FORK_JOIN", forkTasks=[[_t("a1"), _t("a2")], [_t("b1")], [_t("c1")]]),
+        _t("join", "JOIN", joinOn=["a2", "b1", "c1"]),
+        _t("finish"),
+    ]
+}
 
 
 def test_a_fork_puts_its_branches_side_by_side_and_joins_them():
-    laid = graph.layout(FORK, [_row_view("prepare", "COMPLETED"), _row_view("fork", "IN_PROGRESS"),
-                               _row_view("a1", "COMPLETED"), _row_view("a2", "IN_PROGRESS"), _row_view("b1", "FAILED")])
+    laid = graph.layout(
+        FORK,
+        [
+            _row_view("prepare", "COMPLETED"),
+            _row_view("fork", "IN_PROGRESS"),
+            _row_view("a1", "COMPLETED"),
+            _row_view("a2", "IN_PROGRESS"),
+            _row_view("b1", "FAILED"),
+        ],
+    )
     _sound(laid)
     a1, b1, c1 = laid.node("a1"), laid.node("b1"), laid.node("c1")
     assert a1.y == b1.y == c1.y > laid.node("fork").y
@@ -361,21 +390,32 @@ def test_a_fork_puts_its_branches_side_by_side_and_joins_them():
         assert len(_edges_between(laid, last, "join")) == 1
     assert len(_edges_between(laid, "join", "finish")) == 1
     assert [laid.node(k).status for k in ("prepare", "fork", "a1", "a2", "b1", "c1", "join")] == [
-        "COMPLETED", "IN_PROGRESS", "COMPLETED", "IN_PROGRESS", "FAILED", graph.NOT_STARTED, graph.NOT_STARTED]
+        "COMPLETED",
+        "IN_PROGRESS",
+        "COMPLETED",
+        "IN_PROGRESS",
+        "FAILED",
+        graph.NOT_STARTED,
+        graph.NOT_STARTED,
+    ]
     assert laid.node("c1").fill == graph.STATUS_COLOURS[graph.NOT_STARTED]
 
 
-LOOP = {"tasks": [
-    _t("loop", "DO_WHILE", loopCondition="$.iteration < 3", maxIterations=5, loopOver=[_t("step"), _t("check")]),
-    _t("after"),
-]}
+LOOP = {
+    "tasks": [
+        _t("loop", "DO_WHILE", loopCondition="$.iteration < 3", maxIterations=5, loopOver=[_t("step"), _t("check")]),
+        _t("after"),
+    ]
+}
 
 
 def test_a_loop_frames_its_body_with_a_back_edge_and_shows_the_latest_iteration():
     rows = [
         _row_view("loop", "IN_PROGRESS", output={"iteration": 2}),
-        _row_view("loop[1].step", "COMPLETED"), _row_view("loop[1].check", "COMPLETED"),
-        _row_view("loop[2].step", "FAILED", attempt=1), _row_view("loop[2].step", "IN_PROGRESS", attempt=2),
+        _row_view("loop[1].step", "COMPLETED"),
+        _row_view("loop[1].check", "COMPLETED"),
+        _row_view("loop[2].step", "FAILED", attempt=1),
+        _row_view("loop[2].step", "IN_PROGRESS", attempt=2),
     ]
     laid = graph.layout(LOOP, rows)
     _sound(laid)
@@ -395,16 +435,31 @@ def test_a_loop_frames_its_body_with_a_back_edge_and_shows_the_latest_iteration(
     assert laid.node("loop.check").status == "COMPLETED"
 
 
-SWITCH = {"tasks": [
-    _t("route", "SWITCH", evaluatorType="value-param", expression="kind", inputParameters={"kind": "x"},
-       decisionCases={"card": [_t("charge"), _t("receipt")], "bank": [_t("transfer")]}, defaultCase=[]),
-    _t("notify"),
-]}
+SWITCH = {
+    "tasks": [
+        _t(
+            "route",
+            "SWITCH",
+            evaluatorType="value-param",
+            expression="kind",
+            inputParameters={"kind": "x"},
+            decisionCases={"card": [_t("charge"), _t("receipt")], "bank": [_t("transfer")]},
+            defaultCase=[],
+        ),
+        _t("notify"),
+    ]
+}
 
 
 def test_a_switch_labels_its_cases_and_dims_the_ones_not_taken():
-    laid = graph.layout(SWITCH, [_row_view("route", "COMPLETED", output={"selectedCase": "card", "branch": "card"}),
-                                 _row_view("charge", "COMPLETED"), _row_view("receipt", "SCHEDULED")])
+    laid = graph.layout(
+        SWITCH,
+        [
+            _row_view("route", "COMPLETED", output={"selectedCase": "card", "branch": "card"}),
+            _row_view("charge", "COMPLETED"),
+            _row_view("receipt", "SCHEDULED"),
+        ],
+    )
     _sound(laid)
     heads = [edge for edge in laid.edges if edge.label]
     assert [edge.label for edge in heads] == ["card", "bank", "default"]
@@ -422,11 +477,17 @@ def test_a_switch_labels_its_cases_and_dims_the_ones_not_taken():
 
 
 def test_a_sub_workflow_node_carries_its_child_and_a_dynamic_fork_sums_up_its_items():
-    body = {"tasks": [
-        _t("fan", "FORK_JOIN_DYNAMIC", inputParameters={"items": []},
-           forkTask=_t("sub", "SUB_WORKFLOW", subWorkflowParam={"name": "child", "version": 1})),
-        _t("join", "JOIN"),
-    ]}
+    body = {
+        "tasks": [
+            _t(
+                "fan",
+                "FORK_JOIN_DYNAMIC",
+                inputParameters={"items": []},
+                forkTask=_t("sub", "SUB_WORKFLOW", subWorkflowParam={"name": "child", "version": 1}),
+            ),
+            _t("join", "JOIN"),
+        ]
+    }
     rows = [
         _row_view("fan", "IN_PROGRESS", output={"items": 3}),
         _row_view("fan[0].sub", "COMPLETED", subWorkflowId="c0"),
@@ -451,17 +512,38 @@ def test_a_child_execution_is_drawn_from_its_own_workflow_with_its_prefix():
 
 
 def test_nested_structures_never_overlap():
-    body = {"tasks": [
-        _t("fork", "FORK_JOIN", forkTasks=[
-            [_t("loop", "DO_WHILE", loopCondition="false", maxIterations=2, loopOver=[
-                _t("route", "SWITCH", evaluatorType="value-param", expression="k", inputParameters={"k": 1},
-                   decisionCases={"1": [_t("one")], "2": [_t("two"), _t("twob")]}, defaultCase=[_t("other")]),
-            ])],
-            [_t("fan", "FORK_JOIN_DYNAMIC", inputParameters={"items": []}, forkTask=_t("item"))],
-            [_t("a_very_long_reference_name_that_is_cut_short")],
-        ]),
-        _t("join", "JOIN"),
-    ]}
+    body = {
+        "tasks": [
+            _t(
+                "fork",
+                "FORK_JOIN",
+                forkTasks=[
+                    [
+                        _t(
+                            "loop",
+                            "DO_WHILE",
+                            loopCondition="false",
+                            maxIterations=2,
+                            loopOver=[
+                                _t(
+                                    "route",
+                                    "SWITCH",
+                                    evaluatorType="value-param",
+                                    expression="k",
+                                    inputParameters={"k": 1},
+                                    decisionCases={"1": [_t("one")], "2": [_t("two"), _t("twob")]},
+                                    defaultCase=[_t("other")],
+                                )
+                            ],
+                        )
+                    ],
+                    [_t("fan", "FORK_JOIN_DYNAMIC", inputParameters={"items": []}, forkTask=_t("item"))],
+                    [_t("a_very_long_reference_name_that_is_cut_short")],
+                ],
+            ),
+            _t("join", "JOIN"),
+        ]
+    }
     laid = graph.layout(body, [])
     _sound(laid)
     assert len(laid.nodes) == 11 and len(laid.frames) == 2
@@ -471,14 +553,23 @@ def test_nested_structures_never_overlap():
 def test_the_page_draws_a_real_workflow(admin_client, api):
     for name in ("a", "b", "c"):
         task_def(api, name)
-    register(api, "shape", _t("fork", "FORK_JOIN", forkTasks=[[_t("a")], [_t("b")]]), _t("join", "JOIN"),
-             _t("loop", "DO_WHILE", loopCondition="$.iteration < 2", maxIterations=3, loopOver=[_t("c")]))
+    register(
+        api,
+        "shape",
+        _t("fork", "FORK_JOIN", forkTasks=[[_t("a")], [_t("b")]]),
+        _t("join", "JOIN"),
+        _t("loop", "DO_WHILE", loopCondition="$.iteration < 2", maxIterations=3, loopOver=[_t("c")]),
+    )
     pk = start(api, "shape")["id"]
     complete(api, poll_one(api, "a"))
     drawn = nodes(page(admin_client, f"/console/executions/{pk}"))
     assert {key: node["status"] for key, node in drawn.items()} == {
-        "fork": "IN_PROGRESS", "a": "COMPLETED", "b": "SCHEDULED", "join": graph.NOT_STARTED,
-        "loop": graph.NOT_STARTED, "loop.c": graph.NOT_STARTED,
+        "fork": "IN_PROGRESS",
+        "a": "COMPLETED",
+        "b": "SCHEDULED",
+        "join": graph.NOT_STARTED,
+        "loop": graph.NOT_STARTED,
+        "loop.c": graph.NOT_STARTED,
     }
     assert all(node["fill"] == graph.STATUS_COLOURS[node["status"]] for node in drawn.values())
     complete(api, poll_one(api, "b"))

@@ -10,6 +10,7 @@ the task's ``blockedBy``; once the holder is gone (or the window turns), the
 waiting task is leased. The lease path is one, so a control attached to it
 must hold whichever way the task arrived. System tasks: test_system_task_controls.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,12 +29,17 @@ TWO_STEP = "wf_two_step"
 
 def _workflows(api) -> None:
     register(api, WF, {"name": QUEUE, "taskReferenceName": "g", "type": "SIMPLE"})
-    register(api, TWO_STEP, {"name": "prep", "taskReferenceName": "p", "type": "SIMPLE"},
-             {"name": QUEUE, "taskReferenceName": "g", "type": "SIMPLE"})
+    register(
+        api,
+        TWO_STEP,
+        {"name": "prep", "taskReferenceName": "p", "type": "SIMPLE"},
+        {"name": QUEUE, "taskReferenceName": "g", "type": "SIMPLE"},
+    )
 
 
 # --- the paths: each prepares (before any control is set) and returns a
 # function that makes the candidate task leasable, returning its execution id.
+
 
 def _by_start(api) -> Callable[[], str]:
     return lambda: start(api, WF)["id"]
@@ -115,6 +121,7 @@ PATHS = {
 
 # --- the controls: each sets itself on the queue, and frees the holder.
 
+
 def _cap(api) -> str:
     task_def(api, QUEUE, concurrentExecLimit=1, retryDelaySeconds=5, jitter=0, startToCloseTimeout=0)
     return "concurrentExecLimit"
@@ -127,8 +134,15 @@ def _semaphore(api) -> str:
 
 
 def _rate(api) -> str:
-    task_def(api, QUEUE, rateLimitPerFrequency=1, rateLimitFrequencySeconds=RATE_WINDOW_S,
-             retryDelaySeconds=5, jitter=0, startToCloseTimeout=0)
+    task_def(
+        api,
+        QUEUE,
+        rateLimitPerFrequency=1,
+        rateLimitFrequencySeconds=RATE_WINDOW_S,
+        retryDelaySeconds=5,
+        jitter=0,
+        startToCloseTimeout=0,
+    )
     return "rateLimit"
 
 

@@ -7,8 +7,10 @@ schedule firing happens once with several schedulers.
 On SQLite every transaction already holds the one database-wide write lock,
 so these multi-process races cannot arise; the same controls are checked
 there by the single-process tests."""
+
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,8 +50,22 @@ def stacks():
 
 def test_the_stress_run_never_exceeds_a_limit(tmp_path):
     out = tmp_path / "figures.json"
-    call_command("nodeflow_stress", processes=3, pollers=6, seconds=5, cap=3, permits=4, rate=15, window_s=1.0,
-                 tasks=300, batch=3, check=True, json=str(out), stdout=open(tmp_path / "log", "w"))
+    with (tmp_path / "log").open("w") as log:
+        call_command(
+            "nodeflow_stress",
+            processes=3,
+            pollers=6,
+            seconds=5,
+            cap=3,
+            permits=4,
+            rate=15,
+            window_s=1.0,
+            tasks=300,
+            batch=3,
+            check=True,
+            json=str(out),
+            stdout=log,
+        )
     figures = json.loads(out.read_text())
     cap, sem, rate = figures["concurrentExecLimit"], figures["semaphore"], figures["rateLimit"]
     assert 0 < cap["maxObserved"] <= 3, figures
@@ -76,14 +92,19 @@ def test_admission_runs_in_start_order_across_processes(stacks):
     key = create_api_key(role="admin", namespace="default")[1]
     stack = _api_stack(stacks, "nodeflow_decider", "nodeflow_decider")
     client = _client(stack, key)
-    client.post("metadata/workflow-definitions", json={
-        "name": "tenant_sync",
-        "tasks": [{"name": "sync", "taskReferenceName": "sync", "inputParameters": {"value": 1}}],
-        "rateLimitConfig": {"rateLimitKey": "${workflow.input.tenantId}", "concurrentExecLimit": 1},
-    }).raise_for_status()
+    client.post(
+        "metadata/workflow-definitions",
+        json={
+            "name": "tenant_sync",
+            "tasks": [{"name": "sync", "taskReferenceName": "sync", "inputParameters": {"value": 1}}],
+            "rateLimitConfig": {"rateLimitKey": "${workflow.input.tenantId}", "concurrentExecLimit": 1},
+        },
+    ).raise_for_status()
     order = {"acme": [], "globex": []}
     for tenant in ["acme"] * 6 + ["globex"] * 3:
-        order[tenant].append(client.post("executions", json={"name": "tenant_sync", "input": {"tenantId": tenant}}).json()["id"])
+        order[tenant].append(
+            client.post("executions", json={"name": "tenant_sync", "input": {"tenantId": tenant}}).json()["id"]
+        )
     for index in range(3):
         stack.add_worker(f"worker-{index}", key, "sync")
     deadline = time.monotonic() + 60
@@ -92,7 +113,7 @@ def test_admission_runs_in_start_order_across_processes(stacks):
     assert not Execution.objects.exclude(status="COMPLETED").exists(), stack.logs()
     for tenant, ids in order.items():
         runs = [(Task.objects.get(execution_id=pk).scheduled_at, Execution.objects.get(pk=pk).ended_at) for pk in ids]
-        for (_, ended), (next_began, _) in zip(runs, runs[1:]):
+        for (_, ended), (next_began, _) in itertools.pairwise(runs):
             assert ended <= next_began, f"{tenant}: admitted out of order or two at once"
     first_acme_end = Execution.objects.get(pk=order["acme"][0]).ended_at
     assert Task.objects.get(execution_id=order["globex"][0]).scheduled_at < first_acme_end  # keys never contend
@@ -101,8 +122,12 @@ def test_admission_runs_in_start_order_across_processes(stacks):
 
 def _start_many(stack_clients: list[httpx.Client], bodies: list[dict]) -> list[httpx.Response]:
     with ThreadPoolExecutor(16) as pool:
-        return list(pool.map(lambda item: stack_clients[item[0] % len(stack_clients)].post("executions", json=item[1]),
-                             enumerate(bodies)))
+        return list(
+            pool.map(
+                lambda item: stack_clients[item[0] % len(stack_clients)].post("executions", json=item[1]),
+                enumerate(bodies),
+            )
+        )
 
 
 def test_concurrent_starts_never_both_take_the_last_slot(stacks):
@@ -110,8 +135,10 @@ def test_concurrent_starts_never_both_take_the_last_slot(stacks):
     clients = [_client(_api_stack(stacks), key) for _ in range(2)]
     admin = clients[0]
     admin.put("quotas", json={"maxConcurrentExecutions": 5}).raise_for_status()
-    admin.post("metadata/workflow-definitions", json={
-        "name": "held", "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}]}).raise_for_status()
+    admin.post(
+        "metadata/workflow-definitions",
+        json={"name": "held", "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}]},
+    ).raise_for_status()
     answers = _start_many(clients, [{"name": "held"}] * 30)
     codes = sorted(response.status_code for response in answers)
     assert codes == [201] * 5 + [429] * 25
@@ -123,12 +150,22 @@ def test_concurrent_starts_respect_max_concurrent_executions_and_admission(stack
     key = create_api_key(role="admin", namespace="default")[1]
     clients = [_client(_api_stack(stacks), key) for _ in range(2)]
     admin = clients[0]
-    admin.post("metadata/workflow-definitions", json={
-        "name": "capped", "maxConcurrentExecutions": 3,
-        "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}]}).raise_for_status()
-    admin.post("metadata/workflow-definitions", json={
-        "name": "keyed", "rateLimitConfig": {"rateLimitKey": "one", "concurrentExecLimit": 2},
-        "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}]}).raise_for_status()
+    admin.post(
+        "metadata/workflow-definitions",
+        json={
+            "name": "capped",
+            "maxConcurrentExecutions": 3,
+            "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}],
+        },
+    ).raise_for_status()
+    admin.post(
+        "metadata/workflow-definitions",
+        json={
+            "name": "keyed",
+            "rateLimitConfig": {"rateLimitKey": "one", "concurrentExecLimit": 2},
+            "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}],
+        },
+    ).raise_for_status()
     capped = _start_many(clients, [{"name": "capped"}] * 20)
     assert sorted(r.status_code for r in capped) == [201] * 3 + [429] * 17
     keyed = _start_many(clients, [{"name": "keyed"}] * 20)
@@ -140,8 +177,12 @@ def test_concurrent_starts_respect_max_concurrent_executions_and_admission(stack
 
 
 def test_each_firing_happens_once_with_several_schedulers(stacks, api):
-    api.post("metadata/workflow-definitions", {"name": "tick", "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}]})
-    assert api.post("schedules", {"name": "every2s", "cron": "* * * * * */2", "workflowName": "tick"}).status_code == 201
+    api.post(
+        "metadata/workflow-definitions", {"name": "tick", "tasks": [{"name": "nobody_polls", "taskReferenceName": "t"}]}
+    )
+    assert (
+        api.post("schedules", {"name": "every2s", "cron": "* * * * * */2", "workflowName": "tick"}).status_code == 201
+    )
     stack = stacks()
     began = time.time()
     for index in range(3):

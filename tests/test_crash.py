@@ -6,6 +6,7 @@ SIGKILLed at random moments and restarted. Afterwards every execution has
 the output its input implies and no task was completed twice in state.
 Real processes and real time: bounded, not slept through for a timeout.
 """
+
 from __future__ import annotations
 
 import random
@@ -30,29 +31,61 @@ def register(client: Client) -> None:
     post = lambda path, body: client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()  # noqa: E731
     # A killed worker's lease runs out after 2 s and the attempt is retried.
     for name in ("step", "branch"):
-        post("metadata/task-definitions", {"name": name, "startToCloseTimeout": 2, "retryCount": 50,
-                                            "retryDelaySeconds": 0.05, "jitter": 0})
-    post("metadata/workflow-definitions", {
-        "name": "crash_child",
-        "tasks": [{"name": "step", "taskReferenceName": "c1", "inputParameters": {"value": "${workflow.input.value}"}}],
-        "outputParameters": {"value": "${c1.output.value}"},
-    })
-    post("metadata/workflow-definitions", {
-        "name": "crash_flow",
-        "tasks": [
-            {"name": "step", "taskReferenceName": "s1", "inputParameters": {"value": "${workflow.input.n}"}},
-            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [
-                [{"name": "branch", "taskReferenceName": "b1", "inputParameters": {"value": "${s1.output.value}"}}],
-                [{"name": "branch", "taskReferenceName": "b2", "inputParameters": {"value": "${s1.output.value}"}}],
-            ]},
-            {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["b1", "b2"]},
-            {"name": "step", "taskReferenceName": "s2", "inputParameters": {"value": "${b2.output.value}"}},
-            {"name": "child", "taskReferenceName": "child", "type": "SUB_WORKFLOW",
-             "subWorkflowParam": {"name": "crash_child"}, "inputParameters": {"value": "${s2.output.value}"}},
-            {"name": "step", "taskReferenceName": "s3", "inputParameters": {"value": "${child.output.value}"}},
-        ],
-        "outputParameters": {"result": "${s3.output.value}"},
-    })
+        post(
+            "metadata/task-definitions",
+            {"name": name, "startToCloseTimeout": 2, "retryCount": 50, "retryDelaySeconds": 0.05, "jitter": 0},
+        )
+    post(
+        "metadata/workflow-definitions",
+        {
+            "name": "crash_child",
+            "tasks": [
+                {"name": "step", "taskReferenceName": "c1", "inputParameters": {"value": "${workflow.input.value}"}}
+            ],
+            "outputParameters": {"value": "${c1.output.value}"},
+        },
+    )
+    post(
+        "metadata/workflow-definitions",
+        {
+            "name": "crash_flow",
+            "tasks": [
+                {"name": "step", "taskReferenceName": "s1", "inputParameters": {"value": "${workflow.input.n}"}},
+                {
+                    "name": "fork",
+                    "taskReferenceName": "fork",
+                    "type": "FORK_JOIN",
+                    "forkTasks": [
+                        [
+                            {
+                                "name": "branch",
+                                "taskReferenceName": "b1",
+                                "inputParameters": {"value": "${s1.output.value}"},
+                            }
+                        ],
+                        [
+                            {
+                                "name": "branch",
+                                "taskReferenceName": "b2",
+                                "inputParameters": {"value": "${s1.output.value}"},
+                            }
+                        ],
+                    ],
+                },
+                {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["b1", "b2"]},
+                {"name": "step", "taskReferenceName": "s2", "inputParameters": {"value": "${b2.output.value}"}},
+                {
+                    "name": "child",
+                    "taskReferenceName": "child",
+                    "type": "SUB_WORKFLOW",
+                    "subWorkflowParam": {"name": "crash_child"},
+                    "inputParameters": {"value": "${s2.output.value}"},
+                },
+                {"name": "step", "taskReferenceName": "s3", "inputParameters": {"value": "${child.output.value}"}},
+            ],
+            "outputParameters": {"result": "${s3.output.value}"},
+        },
+    )
 
 
 @pytest.fixture
@@ -92,10 +125,14 @@ def test_it_finishes_every_execution_through_sigkills(stack):
     for pk, n in ids.items():
         assert executions[pk].output == {"result": n + 5}, executions[pk].output
     twice = (
-        Task.objects.filter(status="COMPLETED").values("execution_id", "run", "path")
-        .annotate(n=Count("id")).filter(n__gt=1)
+        Task.objects.filter(status="COMPLETED")
+        .values("execution_id", "run", "path")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
     )
     assert not twice.exists(), list(twice)
-    print(f"\ncrash test: {EXECUTIONS} executions completed, {stack.kills} SIGKILLs, "
-          f"{Task.objects.filter(deliveries__gt=1).count()} re-deliveries, "
-          f"{Task.objects.filter(attempt__gt=1).count()} retried attempts")
+    print(
+        f"\ncrash test: {EXECUTIONS} executions completed, {stack.kills} SIGKILLs, "
+        f"{Task.objects.filter(deliveries__gt=1).count()} re-deliveries, "
+        f"{Task.objects.filter(attempt__gt=1).count()} retried attempts"
+    )

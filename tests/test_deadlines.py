@@ -2,6 +2,7 @@
 parent's remaining deadline and can only shorten it; retry delays, waits and
 loop iterations all spend it; nothing is scheduled past it, and the
 execution ends TIMED_OUT at it."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,6 +36,7 @@ def nothing_scheduled_after(execution_id: str, instant: str) -> None:
 
 
 # --- the child's budget ---------------------------------------------------------
+
 
 def test_it_gives_a_child_the_parents_remaining_deadline(api, frozen_clock):
     register(api, "grandchild", simple("leaf"))
@@ -114,6 +116,7 @@ def test_it_holds_an_alert_only_child_to_the_budget_it_inherited(api, frozen_clo
 
 # --- retry delays spend it ----------------------------------------------------------
 
+
 def flaky_flow(api, *, timeout: float = 100, **definition) -> dict:
     task_def(api, "work", **{"retryCount": 5, "retryLogic": "FIXED", "jitter": 0, **definition})
     register(api, "flow", simple("work"), simple("after"), timeoutSeconds=timeout)
@@ -192,9 +195,15 @@ def test_it_refuses_a_retry_when_the_failure_arrives_after_the_deadline(api, fro
 
 # --- waits and loop iterations spend it --------------------------------------------------
 
+
 def test_it_times_out_a_wait_longer_than_the_budget(api, frozen_clock):
-    register(api, "flow", {"name": "nap", "taskReferenceName": "nap", "type": "WAIT",
-                           "inputParameters": {"duration": "1h"}}, simple("after"), timeoutSeconds=600)
+    register(
+        api,
+        "flow",
+        {"name": "nap", "taskReferenceName": "nap", "type": "WAIT", "inputParameters": {"duration": "1h"}},
+        simple("after"),
+        timeoutSeconds=600,
+    )
     started = start(api, "flow")
     advance(600)
     view = execution(api, started["id"])
@@ -252,6 +261,7 @@ def test_it_times_out_on_resume_after_the_deadline(api, frozen_clock):
 
 
 # --- a re-run gets a budget afresh ---------------------------------------------------------
+
 
 def test_it_gives_a_retried_child_its_active_parents_deadline(api, frozen_clock):
     task_def(api, "leaf", retryCount=0)

@@ -11,6 +11,7 @@ again, until the execution ends.
 - the same snapshot and draw give the same decision, and the snapshot is
   left as it was.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,16 +30,7 @@ from executions.decider import decide
 from executions.decider.decision import Decision
 from executions.decider.snapshot import OPEN, Row, Snapshot
 from metadata.tree import walk_tasks
-from tests.decider_builders import (
-    applied,
-    fork,
-    ids_for,
-    loop,
-    simple,
-    snapshot,
-    switch,
-    workflow,
-)
+from tests.decider_builders import applied, fork, ids_for, loop, simple, snapshot, switch, workflow
 
 PROPERTY = settings(max_examples=100, derandomize=True, database=None, deadline=None)
 MAX_STEPS = 80
@@ -48,6 +40,7 @@ WORKER_ACTIONS = ["COMPLETED"] * 3 + ["IN_PROGRESS", "FAILED", "FAILED_WITH_TERM
 
 # --- random workflows ---------------------------------------------------------
 
+
 @st.composite
 def workflows(draw, *, with_fork: bool = False) -> tuple[dict, dict]:
     """A normalised workflow and its input: 1–4 steps, each a SIMPLE task, a
@@ -55,9 +48,12 @@ def workflows(draw, *, with_fork: bool = False) -> tuple[dict, dict]:
     refs = itertools.count()
 
     def worker_task() -> dict:
-        return simple(f"t{next(refs)}", retryCount=draw(st.integers(0, 2)),
-                      retryDelaySeconds=draw(st.sampled_from([0, 1, 5])),
-                      optional=draw(st.sampled_from([False, False, False, True])))
+        return simple(
+            f"t{next(refs)}",
+            retryCount=draw(st.integers(0, 2)),
+            retryDelaySeconds=draw(st.sampled_from([0, 1, 5])),
+            optional=draw(st.sampled_from([False, False, False, True])),
+        )
 
     def tasks(low: int, high: int) -> list[dict]:
         return [worker_task() for _ in range(draw(st.integers(low, high)))]
@@ -84,6 +80,7 @@ def workflows(draw, *, with_fork: bool = False) -> tuple[dict, dict]:
 
 # --- driving an execution -------------------------------------------------------
 
+
 @dataclass
 class Step:
     before: Snapshot  # what was decided on
@@ -107,8 +104,14 @@ def worker_acts(snap: Snapshot, target: Row, status: str) -> tuple[Snapshot, Row
         done = dataclasses.replace(target, status=status, started_at=target.started_at or now)
     else:
         completed = status == "COMPLETED"
-        done = dataclasses.replace(target, status=status, started_at=target.started_at or now, ended_at=now,
-                                   output={"by": "worker"} if completed else {}, reason="" if completed else "boom")
+        done = dataclasses.replace(
+            target,
+            status=status,
+            started_at=target.started_at or now,
+            ended_at=now,
+            output={"by": "worker"} if completed else {},
+            reason="" if completed else "boom",
+        )
     rows = [done if r.id == target.id else r for r in snap.rows]
     return dataclasses.replace(snap, rows=rows, now=now), done
 
@@ -132,6 +135,7 @@ def drive(data: st.DataObject, wf: dict, inputs: dict) -> Iterator[Step]:
 
 
 # --- the properties ---------------------------------------------------------------
+
 
 @PROPERTY
 @given(workflows(), st.data())

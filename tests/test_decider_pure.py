@@ -1,6 +1,7 @@
 """The decider, the retry policy and the expression evaluators import and
 run without Django: checked in a fresh interpreter whose environment names
 no settings module (this test process has Django configured already)."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,15 @@ print(json.dumps({
 
 def run_fresh(script: str, *args: str) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    done = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          check=False, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr  # checked here, to show the traceback
     return json.loads(done.stdout)
 

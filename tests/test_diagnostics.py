@@ -1,5 +1,6 @@
 """Diagnosing "why is my task not running?" (SPEC §9): queues, depth,
 workers' last polls, and blockedBy on every waiting task."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -63,7 +64,11 @@ def test_a_queue_nobody_polls_lately_says_no_pollers(api, frozen_clock):
     (pk,) = fill(api, "charge", 1)
     poll(api, "other")
     assert task_at(execution(api, pk), "t")["blockedBy"] == {
-        "control": "noPollers", "limit": None, "current": 0, "since": at(frozen_clock)}
+        "control": "noPollers",
+        "limit": None,
+        "current": 0,
+        "since": at(frozen_clock),
+    }
     poll(api, "charge", worker="w1")  # leases it: a worker polls "charge" now
     (pk,) = fill(api, "charge", 1)
     assert task_at(execution(api, pk), "t")["blockedBy"] is None
@@ -75,7 +80,12 @@ def test_a_capped_queue_says_concurrent_exec_limit(api, frozen_clock):
     ids = fill(api, "charge", 2, concurrentExecLimit=1)
     (leased,) = poll(api, "charge", count=10)
     waiting = next(task_at(execution(api, pk), "t") for pk in ids if pk != leased["executionId"])
-    assert waiting["blockedBy"] == {"control": "concurrentExecLimit", "limit": 1, "current": 1, "since": at(frozen_clock)}
+    assert waiting["blockedBy"] == {
+        "control": "concurrentExecLimit",
+        "limit": 1,
+        "current": 1,
+        "since": at(frozen_clock),
+    }
     complete(api, leased)
     assert task_at(execution(api, waiting["executionId"]), "t")["blockedBy"] is None
 

@@ -1,5 +1,6 @@
 """The one error model (SPEC §2): malformed bodies, unknown routes, wrong
 methods, oversized bodies, YAML; plus health, schema and docs."""
+
 from __future__ import annotations
 
 import io
@@ -53,7 +54,9 @@ def test_it_rejects_malformed_json_in_a_patch(api):
 
 def test_it_rejects_json_that_is_not_utf8(api):
     response = api.client.post(
-        f"/v1/ns/default/{TASKDEFS}", data=b'{"name": "\xff\xfe"}', content_type="application/json",
+        f"/v1/ns/default/{TASKDEFS}",
+        data=b'{"name": "\xff\xfe"}',
+        content_type="application/json",
         HTTP_X_API_KEY=api.key,
     )
     assert_error(response, 400, "MALFORMED_REQUEST")

@@ -1,4 +1,5 @@
 """${...} expressions: parsing, finding, checking and resolving. Pure."""
+
 from __future__ import annotations
 
 import json
@@ -7,15 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metadata.expressions import (
-    ExpressionError,
-    check_reference,
-    iter_strings,
-    lookup,
-    parse_path,
-    paths_in,
-    resolve,
-)
+from metadata.expressions import ExpressionError, check_reference, iter_strings, lookup, parse_path, paths_in, resolve
 
 # --- parse_path --------------------------------------------------------------
 

@@ -8,6 +8,7 @@ schema (status code, content type, body).
 Bounded and deterministic: a fixed seed, ``derandomize`` and few examples
 per operation, so the run is the same in CI every time.
 """
+
 from __future__ import annotations
 
 import copy
@@ -96,17 +97,28 @@ def _seed(admin: Api) -> None:
         "name": "wf",
         "tasks": [
             {"name": "work", "taskReferenceName": "a", "inputParameters": {"x": "${workflow.input.x}"}},
-            {"name": "hook", "taskReferenceName": "b", "type": "WAIT_FOR_WEBHOOK",
-             "inputParameters": {"matches": {"$.id": 1}}},
+            {
+                "name": "hook",
+                "taskReferenceName": "b",
+                "type": "WAIT_FOR_WEBHOOK",
+                "inputParameters": {"matches": {"$.id": 1}},
+            },
         ],
     }
     assert admin.post("metadata/workflow-definitions", workflow).status_code == 201
     assert admin.post("executions", {"name": "wf", "input": {"x": 1}, "correlationId": "c"}).status_code == 201
     assert admin.post("schedules", {"name": "nightly", "cron": "0 3 * * *", "workflowName": "wf"}).status_code == 201
     assert admin.put("quotas", {"maxSchedules": 100}).status_code == 200
-    BreakerState.objects.create(process="p1", namespace=Namespace.objects.get(name="default"), key="host.example",
-                                state="OPEN", failures=5, requests=5, opened_until=timezone.now(),
-                                updated_at=timezone.now())
+    BreakerState.objects.create(
+        process="p1",
+        namespace=Namespace.objects.get(name="default"),
+        key="host.example",
+        state="OPEN",
+        failures=5,
+        requests=5,
+        opened_until=timezone.now(),
+        updated_at=timezone.now(),
+    )
 
 
 def app(environ, start_response):
@@ -146,11 +158,7 @@ def _calm(case) -> None:
 
 @schema.parametrize()
 @settings(
-    max_examples=MAX_EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
+    max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck)
 )
 def test_every_operation_survives_fuzzing(case, keys):
     _calm(case)
@@ -182,6 +190,7 @@ def _slots(value, put, path: str = "") -> list[tuple[str, Callable[[], None]]]:
     """Every place a number can go in ``value``: its field path (as errors
     name it) and a thunk that puts the marker there (``put`` replaces
     ``value`` itself in its parent)."""
+
     def inner(key) -> str:
         return f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
 
@@ -211,16 +220,25 @@ def with_non_finite(body, literal: str, where: int) -> tuple[str, bytes]:
 def test_no_body_with_a_number_that_is_not_finite_reaches_a_server_error(keys, path, method):
     from werkzeug.test import Client
 
-    @settings(max_examples=NON_FINITE_EXAMPLES, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(case=schema[path][method].as_strategy(), literal=strategies.sampled_from(NON_FINITE),
-           where=strategies.integers(min_value=0, max_value=10_000))
+    @settings(
+        max_examples=NON_FINITE_EXAMPLES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        case=schema[path][method].as_strategy(),
+        literal=strategies.sampled_from(NON_FINITE),
+        where=strategies.integers(min_value=0, max_value=10_000),
+    )
     def check(case, literal, where):
         values = {**(case.path_parameters or {}), "ns": "default"}
         url = path.format(**{name: quote(str(value), safe="") for name, value in values.items()})
         field, raw = with_non_finite(case.body, literal, where)
-        response = Client(app).open(url, method=method, data=raw, content_type="application/json",
-                                    headers={"x-api-key": keys["admin"]})
+        response = Client(app).open(
+            url, method=method, data=raw, content_type="application/json", headers={"x-api-key": keys["admin"]}
+        )
         assert 400 <= response.status_code < 500, (url, response.status_code, response.get_data(as_text=True))
         body = response.json
         assert isinstance(body.get("error"), str) and isinstance(body.get("message"), str), body
@@ -235,9 +253,14 @@ def test_it_puts_a_non_finite_number_in_every_place_a_number_can_go():
     body = {"a": [1, {"b": 2}]}
     placed = {with_non_finite(body, "1e400", where) for where in range(20)}
     assert placed == {
-        ("(the body)", b"1e400"), ("n", b'{"a": [1, {"b": 2}], "n": 1e400}'), ("a", b'{"a": 1e400}'),
-        ("a[2]", b'{"a": [1, {"b": 2}, 1e400]}'), ("a[0]", b'{"a": [1e400, {"b": 2}]}'), ("a[1]", b'{"a": [1, 1e400]}'),
-        ("a[1].n", b'{"a": [1, {"b": 2, "n": 1e400}]}'), ("a[1].b", b'{"a": [1, {"b": 1e400}]}'),
+        ("(the body)", b"1e400"),
+        ("n", b'{"a": [1, {"b": 2}], "n": 1e400}'),
+        ("a", b'{"a": 1e400}'),
+        ("a[2]", b'{"a": [1, {"b": 2}, 1e400]}'),
+        ("a[0]", b'{"a": [1e400, {"b": 2}]}'),
+        ("a[1]", b'{"a": [1, 1e400]}'),
+        ("a[1].n", b'{"a": [1, {"b": 2, "n": 1e400}]}'),
+        ("a[1].b", b'{"a": [1, {"b": 1e400}]}'),
     }
     assert body == {"a": [1, {"b": 2}]}  # the generated body is left as it was
 
@@ -284,9 +307,7 @@ def test_it_documents_only_the_body_types_the_api_reads():
 
 def test_it_documents_names_in_paths_by_their_pattern():
     parameters = schema.raw_schema["paths"]["/v1/ns/{ns}/webhooks/{name}"]["post"]["parameters"]
-    assert {p["name"]: p["schema"].get("pattern") for p in parameters} == {
-        "ns": NAME_PATTERN, "name": NAME_PATTERN,
-    }
+    assert {p["name"]: p["schema"].get("pattern") for p in parameters} == {"ns": NAME_PATTERN, "name": NAME_PATTERN}
 
 
 def test_it_refuses_a_webhook_name_that_is_not_a_name(keys):

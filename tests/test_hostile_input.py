@@ -6,6 +6,7 @@ with a reason; bad header values and unauthenticated webhooks change nothing.
 tests/test_errors.py covers the same refusals on the definition routes; this
 file takes them to every body route (the table of tests/test_isolation.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ import pytest
 from django.test import override_settings
 
 from executions.javascript import ScriptError, evaluate
-from executions.models import Task
 from executions.json_values import nested_deeper_than
+from executions.models import Task
 from tests.conftest import Api
 from tests.engine_helpers import execution, register, start, task_at
 from tests.system_helpers import run_system_tasks, system_task
@@ -36,8 +37,9 @@ def send(world: dict, route: tuple[str, str], raw: bytes, content_type: str = "a
     """``raw`` as the body of ``route``, sent with an admin key (admins hold every scope)."""
     api: Api = world["admin"]
     path = fill(ROUTES[route].path, world)
-    return api.client.generic(route[0], api.url(path), raw, content_type=content_type,
-                              HTTP_X_API_KEY=api.key, **headers)
+    return api.client.generic(
+        route[0], api.url(path), raw, content_type=content_type, HTTP_X_API_KEY=api.key, **headers
+    )
 
 
 def assert_error(response, status: int, error: str) -> dict:
@@ -103,8 +105,9 @@ def test_it_refuses_deep_yaml_and_yaml_aliases(world):
     # "Billion laughs": nine levels of aliases to ten copies each expand to 10^9 strings.
     laughs = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
-    bomb = "\n".join(["name: laughs", "variables:", *("  " + line for line in laughs),
-                      "tasks: [{name: t, taskReferenceName: t}]"])
+    bomb = "\n".join(
+        ["name: laughs", "variables:", *("  " + line for line in laughs), "tasks: [{name: t, taskReferenceName: t}]"]
+    )
     before = fingerprint()
     body = assert_error(send(world, route, bomb.encode(), "application/yaml"), 400, "MALFORMED_REQUEST")
     assert "aliases" in body["message"]
@@ -129,10 +132,17 @@ def test_it_refuses_a_wrong_content_type_and_stores_nothing(world, route, conten
     assert fingerprint() == before
 
 
-@pytest.mark.parametrize("raw", [b'{"name": "x", "input": {"n": NaN}}', b'{"name": "x", "input": {"n": 1e999}}',
-                                 b'{"name": "x", "input": {"s": "\\ud800"}}', b'{"name": "x", "input": {"s": "a\\u0000b"}}',
-                                 b'{"name": "x", "input": {"a\\u0000b": 1}}'],
-                         ids=["NaN", "overflow", "lone surrogate", "NUL", "NUL in a key"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"name": "x", "input": {"n": NaN}}',
+        b'{"name": "x", "input": {"n": 1e999}}',
+        b'{"name": "x", "input": {"s": "\\ud800"}}',
+        b'{"name": "x", "input": {"s": "a\\u0000b"}}',
+        b'{"name": "x", "input": {"a\\u0000b": 1}}',
+    ],
+    ids=["NaN", "overflow", "lone surrogate", "NUL", "NUL in a key"],
+)
 def test_it_refuses_json_values_that_cannot_be_stored(world, raw):
     before = fingerprint()
     response = send(world, ("POST", "executions"), raw.replace(b'"x"', f'"{world["workflow"]}"'.encode()))
@@ -144,8 +154,11 @@ def test_it_refuses_json_values_that_cannot_be_stored(world, raw):
 # --- headers -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["\x01nf_x", "é", "x" * 10_000, "nf_\u2028", "nf_ key with spaces"],
-                         ids=["control", "non-ascii", "huge", "line separator", "spaces"])
+@pytest.mark.parametrize(
+    "key",
+    ["\x01nf_x", "é", "x" * 10_000, "nf_\u2028", "nf_ key with spaces"],
+    ids=["control", "non-ascii", "huge", "line separator", "spaces"],
+)
 def test_it_answers_401_for_a_key_that_is_not_a_key(world, key):
     response = world["admin"].client.get("/v1/ns/default/executions", HTTP_X_API_KEY=key)
     assert_error(response, 401, "UNAUTHENTICATED")
@@ -166,8 +179,9 @@ def test_it_answers_413_for_a_content_length_over_the_limit_before_reading(world
 
 @pytest.mark.parametrize("accept", ["application/xml", "image/png"])
 def test_it_answers_406_in_the_error_model_for_an_unservable_accept(world, accept):
-    response = world["admin"].client.get("/v1/ns/default/executions", HTTP_X_API_KEY=world["admin"].key,
-                                         HTTP_ACCEPT=accept)
+    response = world["admin"].client.get(
+        "/v1/ns/default/executions", HTTP_X_API_KEY=world["admin"].key, HTTP_ACCEPT=accept
+    )
     assert_error(response, 406, "NOT_ACCEPTABLE")
 
 
@@ -177,8 +191,9 @@ def test_it_renders_the_browsable_api_for_the_deepest_accepted_value(world):
     for _ in range(97):
         value = [value]
     started = world["admin"].post("executions", {"name": world["workflow"], "input": {"x": value}}).json()
-    response = world["admin"].client.get(f"/v1/ns/default/executions/{started['id']}",
-                                         HTTP_X_API_KEY=world["admin"].key, HTTP_ACCEPT="text/html")
+    response = world["admin"].client.get(
+        f"/v1/ns/default/executions/{started['id']}", HTTP_X_API_KEY=world["admin"].key, HTTP_ACCEPT="text/html"
+    )
     assert response.status_code == 200
 
 
@@ -188,8 +203,10 @@ def test_it_never_500s_on_a_query_that_is_not_utf8(world, query):
     assert response.status_code in (200, 400), response.content
 
 
-@pytest.mark.parametrize("path", ["semaphores/%FF", "executions/%FF%FE", "metadata/task-definitions/%C0%AF",
-                                  "schedules/a%00b", "queues/%FF/depth"])
+@pytest.mark.parametrize(
+    "path",
+    ["semaphores/%FF", "executions/%FF%FE", "metadata/task-definitions/%C0%AF", "schedules/a%00b", "queues/%FF/depth"],
+)
 def test_it_never_500s_on_a_path_that_is_not_utf8(world, path):
     response = world["admin"].get(path)
     assert response.status_code in (400, 404), response.content
@@ -204,8 +221,12 @@ def test_it_refuses_a_webhook_without_a_valid_key_and_completes_nothing(world, m
     """Inbound webhooks are authenticated by API key (they carry no signature
     of their own): without a valid developer or admin key of the namespace,
     nothing is delivered."""
-    key = {"none": None, "unknown": "nf_forged", "worker": make_key("worker"),
-           "other namespace": make_key("admin", "elsewhere")}[who]
+    key = {
+        "none": None,
+        "unknown": "nf_forged",
+        "worker": make_key("worker"),
+        "other namespace": make_key("admin", "elsewhere"),
+    }[who]
     response = Api(key).post(f"webhooks/{world['webhook']}", {"id": 1})
     assert response.status_code in (401, 403)
     assert response.json()["error"] in ("UNAUTHENTICATED", "FORBIDDEN")
@@ -224,9 +245,13 @@ def test_it_refuses_a_webhook_body_that_is_not_a_shallow_object(world, raw):
 
 @override_settings(NODE_FLOW_MAX_FORK_ITEMS=5)
 def test_it_fails_a_dynamic_fork_over_the_item_ceiling_with_a_reason(api):
-    fork = {"name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN_DYNAMIC",
-            "inputParameters": {"items": "${workflow.input.items}"},
-            "forkTask": {"name": "leaf", "taskReferenceName": "leaf"}}
+    fork = {
+        "name": "fan",
+        "taskReferenceName": "fan",
+        "type": "FORK_JOIN_DYNAMIC",
+        "inputParameters": {"items": "${workflow.input.items}"},
+        "forkTask": {"name": "leaf", "taskReferenceName": "leaf"},
+    }
     register(api, "fanout", fork, {"name": "join", "taskReferenceName": "join", "type": "JOIN"})
     view = start(api, "fanout", {"items": list(range(6))})
     task = task_at(view, "fan")
@@ -239,9 +264,13 @@ def test_it_fails_a_dynamic_fork_over_the_item_ceiling_with_a_reason(api):
 
 def test_it_fails_a_dynamic_fork_over_the_default_ceiling(api, settings):
     assert settings.NODE_FLOW_MAX_FORK_ITEMS == 10_000  # the documented default
-    fork = {"name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN_DYNAMIC",
-            "inputParameters": {"items": "${workflow.input.items}"},
-            "forkTask": {"name": "leaf", "taskReferenceName": "leaf"}}
+    fork = {
+        "name": "fan",
+        "taskReferenceName": "fan",
+        "type": "FORK_JOIN_DYNAMIC",
+        "inputParameters": {"items": "${workflow.input.items}"},
+        "forkTask": {"name": "leaf", "taskReferenceName": "leaf"},
+    }
     register(api, "fanout", fork, {"name": "join", "taskReferenceName": "join", "type": "JOIN"})
     view = start(api, "fanout", {"items": list(range(10_001))})
     assert "10000" in task_at(view, "fan")["reasonForIncompletion"]
@@ -251,8 +280,9 @@ def test_it_fails_a_dynamic_fork_over_the_default_ceiling(api, settings):
 def test_it_refuses_an_expression_that_references_its_own_task(api):
     before = fingerprint()
     tasks = [{"name": "a", "taskReferenceName": "a", "inputParameters": {"x": "${a.output.x}"}}]
-    body = assert_error(api.post("metadata/workflow-definitions", {"name": "loop", "tasks": tasks}), 400,
-                        "VALIDATION_ERROR")
+    body = assert_error(
+        api.post("metadata/workflow-definitions", {"name": "loop", "tasks": tasks}), 400, "VALIDATION_ERROR"
+    )
     assert body["field"] == "tasks[0].inputParameters.x"
     assert fingerprint() == before
 
@@ -260,15 +290,26 @@ def test_it_refuses_an_expression_that_references_its_own_task(api):
 def test_tasks_that_reference_each_other_resolve_once_without_looping(api):
     # Not a cycle at run time: each input is resolved once, when its task is
     # scheduled, from what has run by then (a later task's output is null).
-    register(api, "pair", {"name": "a", "taskReferenceName": "a", "inputParameters": {"x": "${b.output.y}"}},
-             {"name": "b", "taskReferenceName": "b", "inputParameters": {"y": "${a.output.x}"}})
+    register(
+        api,
+        "pair",
+        {"name": "a", "taskReferenceName": "a", "inputParameters": {"x": "${b.output.y}"}},
+        {"name": "b", "taskReferenceName": "b", "inputParameters": {"y": "${a.output.x}"}},
+    )
     view = start(api, "pair")
     assert task_at(view, "a")["inputData"] == {"x": None}
 
 
 def test_it_never_resolves_an_expression_inside_a_resolved_value(api, make_key):
-    register(api, "echo", {"name": "echo", "taskReferenceName": "e",
-                           "inputParameters": {"x": "${workflow.input.x}", "y": "${workflow.input.y}"}})
+    register(
+        api,
+        "echo",
+        {
+            "name": "echo",
+            "taskReferenceName": "e",
+            "inputParameters": {"x": "${workflow.input.x}", "y": "${workflow.input.y}"},
+        },
+    )
     view = start(api, "echo", {"x": "${workflow.input.y}", "y": "${workflow.input.x}"})
     assert task_at(view, "e")["inputData"] == {"x": "${workflow.input.y}", "y": "${workflow.input.x}"}
 
@@ -276,20 +317,25 @@ def test_it_never_resolves_an_expression_inside_a_resolved_value(api, make_key):
 # --- INLINE: the sandbox ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("probe", ["require", "process", "fetch", "XMLHttpRequest", "Deno", "Bun",
-                                   "__dirname", "module", "importScripts"])
+@pytest.mark.parametrize(
+    "probe", ["require", "process", "fetch", "XMLHttpRequest", "Deno", "Bun", "__dirname", "module", "importScripts"]
+)
 def test_the_sandbox_has_no_host_objects(probe):
     assert evaluate(f"typeof {probe}", {}) == "undefined"
 
 
-@pytest.mark.parametrize("script", [
-    "require('fs').readFileSync('/etc/passwd')",
-    "process.exit(1)",
-    "fetch('http://127.0.0.1/')",
-    "this.constructor.constructor('return process')().exit()",
-    "new Function('return require')()('child_process')",
-    "eval('require')('os')",
-], ids=["require", "process", "fetch", "constructor escape", "Function escape", "eval escape"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "require('fs').readFileSync('/etc/passwd')",
+        "process.exit(1)",
+        "fetch('http://127.0.0.1/')",
+        "this.constructor.constructor('return process')().exit()",
+        "new Function('return require')()('child_process')",
+        "eval('require')('os')",
+    ],
+    ids=["require", "process", "fetch", "constructor escape", "Function escape", "eval escape"],
+)
 def test_a_script_reaching_for_the_host_fails_with_a_reason(script):
     with pytest.raises(ScriptError, match="is not defined"):
         evaluate(script, {})
@@ -299,8 +345,10 @@ def test_a_dynamic_import_loads_nothing():
     assert evaluate("import('fs').then(m => m.readFileSync); 'done'", {}) == "done"
 
 
-@pytest.mark.parametrize("script", ["let a = []; for (let i = 0; i < 5000; i++) a = [a]; a",
-                                   "let o = {}; for (let i = 0; i < 150; i++) o = {o}; o"])
+@pytest.mark.parametrize(
+    "script",
+    ["let a = []; for (let i = 0; i < 5000; i++) a = [a]; a", "let o = {}; for (let i = 0; i < 150; i++) o = {o}; o"],
+)
 def test_a_script_result_nested_too_deeply_fails_with_a_reason(script):
     with pytest.raises(ScriptError, match="NODE_FLOW_MAX_JSON_DEPTH"):
         evaluate(script, {})
@@ -309,8 +357,10 @@ def test_a_script_result_nested_too_deeply_fails_with_a_reason(script):
 def test_one_script_cannot_change_what_the_next_one_sees():
     # A shared V8 context let one script replace JSON.parse (or stash another
     # script's input in a global) for every later script, of any namespace.
-    evaluate("JSON.parse = () => ({hacked: true}); globalThis.stash = $; Object.prototype.polluted = 1; 1",
-             {"secret": "first"})
+    evaluate(
+        "JSON.parse = () => ({hacked: true}); globalThis.stash = $; Object.prototype.polluted = 1; 1",
+        {"secret": "first"},
+    )
     assert evaluate("$", {"mine": 2}) == {"mine": 2}
     assert evaluate("typeof stash + typeof ({}).polluted", {}) == "undefinedundefined"
 
@@ -319,10 +369,20 @@ def test_an_inline_task_of_one_namespace_cannot_read_another_namespaces_script_i
     alpha, beta = Api(make_key("admin", "alpha"), "alpha"), Api(make_key("admin", "beta"), "beta")
     thief = "Object.defineProperty(Object.prototype, 'grab', {get() { globalThis.loot = this; return 1 }}); 1"
     register(alpha, "thief", system_task("t", "INLINE", evaluatorType="javascript", expression=thief))
-    register(beta, "victim", system_task("t", "INLINE", evaluatorType="javascript", expression="$.grab; $.secret",
-                                         secret="${workflow.input.secret}"))
-    register(alpha, "fence", system_task("t", "INLINE", evaluatorType="javascript",
-                                         expression="typeof loot === 'undefined' ? 'nothing' : loot"))
+    register(
+        beta,
+        "victim",
+        system_task(
+            "t", "INLINE", evaluatorType="javascript", expression="$.grab; $.secret", secret="${workflow.input.secret}"
+        ),
+    )
+    register(
+        alpha,
+        "fence",
+        system_task(
+            "t", "INLINE", evaluatorType="javascript", expression="typeof loot === 'undefined' ? 'nothing' : loot"
+        ),
+    )
     runs = [start(alpha, "thief"), start(beta, "victim", {"secret": "s3cret"}), start(alpha, "fence")]
     run_system_tasks()
     fence = execution(alpha, runs[2]["id"])

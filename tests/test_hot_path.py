@@ -1,6 +1,7 @@
 """Statement budgets for the worker path (docs/engine.md, "The hot path and
 what it costs"): a regression that adds a round trip per result, or one per
 item of a batch, fails here rather than only in the benchmark."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -125,10 +126,17 @@ def test_a_start_reads_and_writes_in_six_statements(warm, monkeypatch):
 
 
 def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
-    register(warm, "fan", {
-        "name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN",
-        "forkTasks": [[simple(f"w{i}", "work")] for i in range(5)],
-    }, {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": [f"w{i}" for i in range(5)]})
+    register(
+        warm,
+        "fan",
+        {
+            "name": "fan",
+            "taskReferenceName": "fan",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple(f"w{i}", "work")] for i in range(5)],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": [f"w{i}" for i in range(5)]},
+    )
     start(warm, "fan")
     with CaptureQueriesContext(connection) as queries:
         started = start(warm, "fan")
@@ -139,6 +147,7 @@ def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
 
 
 # --- executions/sql.py: the fixed statements themselves ---------------------
+
 
 def _task_ids(api, count: int) -> list:
     from executions.models import Task
@@ -170,8 +179,12 @@ def test_a_narrow_read_defers_the_other_columns_and_loads_them_on_demand(warm):
     ids = _task_ids(warm, 1)
     condition, params = sql.any_of(Task, "id", ids)
     fields = executor.DECIDING_TASK_FIELDS
-    (task,) = sql.rows(Task, f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE {condition}",
-                       params, fields=fields)
+    (task,) = sql.rows(
+        Task,
+        f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE {condition}",
+        params,
+        fields=fields,
+    )
     assert "idempotency_key" not in task.__dict__ and task.get_deferred_fields() >= {"idempotency_key"}
     full = Task.objects.get(pk=task.id)
     with CaptureQueriesContext(connection) as queries:
@@ -202,8 +215,9 @@ def test_a_repeated_statement_is_prepared_on_postgresql(warm, settings):
 def test_equal_values_share_a_key_and_different_types_do_not(warm):
     from executions import sql
 
-    assert sql.same_values_key({"output": {"a": 1}, "status": "COMPLETED"}) == \
-        sql.same_values_key({"output": {"a": 1}, "status": "COMPLETED"})
+    assert sql.same_values_key({"output": {"a": 1}, "status": "COMPLETED"}) == sql.same_values_key(
+        {"output": {"a": 1}, "status": "COMPLETED"}
+    )
     keys = {sql.same_values_key({"output": {"a": value}}) for value in (1, 1.0, True, "1", None, [1])}
     assert len(keys) == 6
     # Column values themselves too: equal in Python, not as columns.

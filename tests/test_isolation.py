@@ -12,6 +12,7 @@ a row in ``ROUTES`` fails ``test_every_route_has_a_case``:
   through A's URLs (or through B's) answer exactly as objects that do not
   exist, and A's lists and filters never show B.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 
 import pytest
 from django.db import transaction
-from django.utils import timezone
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from executions.models import BreakerState, Execution, Message, Task
 from metadata.models import TaskDefinition, WorkflowVersion
@@ -95,11 +96,15 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("POST", "executions/<str:execution_id>/retry"): Case("executions/{execution}/retry", None, 409, 409, 403),
     ("POST", "executions/<str:execution_id>/restart"): Case("executions/{execution}/restart", None, 409, 409, 403),
     ("POST", "executions/<str:execution_id>/decide"): Case("executions/{execution}/decide", None, 200, 200, 403),
-    ("POST", "executions/<str:execution_id>/messages"): Case("executions/{execution}/messages", {"m": 1}, 201, 201, 403),
+    ("POST", "executions/<str:execution_id>/messages"): Case(
+        "executions/{execution}/messages", {"m": 1}, 201, 201, 403
+    ),
     ("POST", "tasks/poll/<str:task_type>"): Case("tasks/poll/{taskdef}", {}, 200, 403, 200),
     ("POST", "tasks/results"): Case("tasks/results", {"results": "{batch}"}, 200, 403, 200),
     ("POST", "tasks/<str:task_id>/heartbeat"): Case("tasks/{task}/heartbeat", {"leaseToken": "{lease}"}, 200, 403, 200),
-    ("POST", "tasks/<str:task_id>/result"): Case("tasks/{task}/result", {"leaseToken": "{lease}", "status": "COMPLETED"}, 200, 403, 200),
+    ("POST", "tasks/<str:task_id>/result"): Case(
+        "tasks/{task}/result", {"leaseToken": "{lease}", "status": "COMPLETED"}, 200, 403, 200
+    ),
     ("POST", "webhooks/<str:name>"): Case("webhooks/{webhook}", {"id": 1}, 200, 200, 403),
     ("GET", "breakers"): Case("breakers", None, 200, 200, 403),
     ("GET", "semaphores"): Case("semaphores", None, 200, 200, 403),
@@ -113,9 +118,13 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("GET", "quotas"): Case("quotas", None, 200, 403, 403),
     ("PUT", "quotas"): Case("quotas", {"maxSchedules": 5}, 200, 403, 403),
     ("GET", "schedules"): Case("schedules", None, 200, 200, 403),
-    ("POST", "schedules"): Case("schedules", {"name": "fresh", "cron": "0 3 * * *", "workflowName": "{workflow}"}, 201, 201, 403),
+    ("POST", "schedules"): Case(
+        "schedules", {"name": "fresh", "cron": "0 3 * * *", "workflowName": "{workflow}"}, 201, 201, 403
+    ),
     ("GET", "schedules/<str:name>"): Case("schedules/{schedule}", None, 200, 200, 403),
-    ("PUT", "schedules/<str:name>"): Case("schedules/{schedule}", {"cron": "0 4 * * *", "workflowName": "{workflow}"}, 200, 200, 403),
+    ("PUT", "schedules/<str:name>"): Case(
+        "schedules/{schedule}", {"cron": "0 4 * * *", "workflowName": "{workflow}"}, 200, 200, 403
+    ),
     ("DELETE", "schedules/<str:name>"): Case("schedules/{schedule}", None, 204, 204, 403),
     ("POST", "schedules/<str:name>/pause"): Case("schedules/{schedule}/pause", None, 200, 200, 403),
     ("POST", "schedules/<str:name>/resume"): Case("schedules/{schedule}/resume", None, 200, 200, 403),
@@ -135,8 +144,13 @@ def build_world(admin: Api, worker: Api, ns: str) -> dict:
     """One of everything in namespace ``ns``, every name carrying ``ns`` so a
     leak into another namespace's answers is visible in its text."""
     world = {
-        "taskdef": f"{ns}_t1", "workflow": f"{ns}_wf", "semaphore": f"{ns}_gate", "schedule": f"{ns}_nightly",
-        "webhook": f"{ns}_paid", "correlation": f"{ns}_corr", "secret": f"{ns}_signing",
+        "taskdef": f"{ns}_t1",
+        "workflow": f"{ns}_wf",
+        "semaphore": f"{ns}_gate",
+        "schedule": f"{ns}_nightly",
+        "webhook": f"{ns}_paid",
+        "correlation": f"{ns}_corr",
+        "secret": f"{ns}_signing",
     }
     assert admin.post(TD, {"name": world["taskdef"]}).status_code == 201
     assert admin.put(f"semaphores/{world['semaphore']}", {"permits": 2}).status_code == 201
@@ -145,8 +159,16 @@ def build_world(admin: Api, worker: Api, ns: str) -> dict:
     register(admin, world["workflow"], *tasks)
     register(admin, world["workflow"], *tasks, description="v2")
     assert admin.post(f"{WF}/{world['workflow']}/publish", {"version": 2}).status_code == 200
-    register(admin, f"{ns}_hook", {"name": world["webhook"], "taskReferenceName": "w", "type": "WAIT_FOR_WEBHOOK",
-                                   "inputParameters": {"matches": {"$.id": 1}}})
+    register(
+        admin,
+        f"{ns}_hook",
+        {
+            "name": world["webhook"],
+            "taskReferenceName": "w",
+            "type": "WAIT_FOR_WEBHOOK",
+            "inputParameters": {"matches": {"$.id": 1}},
+        },
+    )
     waiting = start(admin, f"{ns}_hook")
     world["webhook_task"] = task_at(waiting, "w")["taskId"]
     execution = start(admin, world["workflow"], correlationId=world["correlation"])
@@ -154,11 +176,22 @@ def build_world(admin: Api, worker: Api, ns: str) -> dict:
     [leased] = poll(worker, world["taskdef"], worker=f"{ns}_worker")
     world["task"], world["lease"] = leased["taskId"], leased["leaseToken"]
     world["batch"] = [{"taskId": leased["taskId"], "leaseToken": leased["leaseToken"], "status": "IN_PROGRESS"}]
-    assert admin.post("schedules", {"name": world["schedule"], "cron": "0 3 * * *",
-                                    "workflowName": world["workflow"]}).status_code == 201
+    assert (
+        admin.post(
+            "schedules", {"name": world["schedule"], "cron": "0 3 * * *", "workflowName": world["workflow"]}
+        ).status_code
+        == 201
+    )
     assert admin.put("quotas", {"maxSchedules": 77 if ns == "beta" else 10}).status_code == 200
-    BreakerState.objects.create(process="p1", namespace=Namespace.objects.get(name=ns), key=f"{ns}-host.example",
-                                state="OPEN", failures=5, requests=5, updated_at=timezone.now())
+    BreakerState.objects.create(
+        process="p1",
+        namespace=Namespace.objects.get(name=ns),
+        key=f"{ns}-host.example",
+        state="OPEN",
+        failures=5,
+        requests=5,
+        updated_at=timezone.now(),
+    )
     return world
 
 
@@ -261,9 +294,16 @@ def test_a_key_for_another_namespace_is_refused_and_changes_nothing(worlds, rout
 # --- nothing to infer -----------------------------------------------------------
 
 GHOST = {
-    "taskdef": "ghost_t1", "workflow": "ghost_wf", "semaphore": "ghost_gate", "schedule": "ghost_nightly",
-    "webhook": "ghost_paid", "correlation": "ghost_corr", "execution": str(uuid.UUID(int=1)),
-    "task": str(uuid.UUID(int=2)), "webhook_task": str(uuid.UUID(int=3)), "lease": "0" * 32,
+    "taskdef": "ghost_t1",
+    "workflow": "ghost_wf",
+    "semaphore": "ghost_gate",
+    "schedule": "ghost_nightly",
+    "webhook": "ghost_paid",
+    "correlation": "ghost_corr",
+    "execution": str(uuid.UUID(int=1)),
+    "task": str(uuid.UUID(int=2)),
+    "webhook_task": str(uuid.UUID(int=3)),
+    "lease": "0" * 32,
 }
 
 
@@ -302,8 +342,17 @@ def test_a_foreign_object_answers_exactly_as_one_that_does_not_exist(worlds, rou
 
 # --- lists, filters and queues show only the caller's namespace ----------------
 
-LISTS = ["metadata/task-definitions", "metadata/workflow-definitions", "executions", "schedules", "semaphores",
-         "queues", "queues/workers", "breakers", "quotas"]
+LISTS = [
+    "metadata/task-definitions",
+    "metadata/workflow-definitions",
+    "executions",
+    "schedules",
+    "semaphores",
+    "queues",
+    "queues/workers",
+    "breakers",
+    "quotas",
+]
 
 
 @pytest.mark.parametrize("path", LISTS)

@@ -6,6 +6,7 @@ semaphore, which stops counting an expired lease, never has more holders
 that may still report than permits. The sweeper is never run here: the
 window between an expiry and its next tick is exactly what is tested.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -57,7 +58,11 @@ def test_a_late_result_in_a_batch_is_refused_alone(api, pool):
     first = poll_one(api, "fenced", worker="a")
     clock.advance(2.5)
     second = poll_one(api, "fenced", worker="b")
-    body = {"results": [{"taskId": t["taskId"], "leaseToken": t["leaseToken"], "status": "COMPLETED"} for t in (first, second)]}
+    body = {
+        "results": [
+            {"taskId": t["taskId"], "leaseToken": t["leaseToken"], "status": "COMPLETED"} for t in (first, second)
+        ]
+    }
     answers = api.post("tasks/results", body).json()["results"]
     assert [a["status"] for a in answers] == [409, 200]
     assert Task.objects.get(pk=first["taskId"]).status == "IN_PROGRESS"
@@ -73,6 +78,7 @@ def test_a_heartbeat_in_time_keeps_the_lease_live(api, pool):
 
 
 # --- across processes, on PostgreSQL ----------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.postgres
@@ -101,26 +107,38 @@ def test_two_api_processes_never_let_an_expired_lease_report(tmp_path):
         a = httpx.Client(base_url=f"{one}/v1/ns/default/", headers={"x-api-key": key}, timeout=30)
         b = httpx.Client(base_url=f"{two}/v1/ns/default/", headers={"x-api-key": key}, timeout=30)
         assert a.put("semaphores/pool", json={"permits": 1}).status_code in (200, 201)
-        assert a.post("metadata/task-definitions", json={"name": "fenced", "semaphores": ["pool"],
-                                                          "heartbeatTimeout": 2}).status_code in (200, 201)
-        assert a.post("metadata/workflow-definitions", json={
-            "name": "wf_fenced", "tasks": [{"name": "fenced", "taskReferenceName": "t"}]}).status_code == 201
+        assert a.post(
+            "metadata/task-definitions", json={"name": "fenced", "semaphores": ["pool"], "heartbeatTimeout": 2}
+        ).status_code in (200, 201)
+        assert (
+            a.post(
+                "metadata/workflow-definitions",
+                json={"name": "wf_fenced", "tasks": [{"name": "fenced", "taskReferenceName": "t"}]},
+            ).status_code
+            == 201
+        )
         for _ in range(2):
             assert a.post("executions", json={"name": "wf_fenced"}).status_code == 201
         (first,) = a.post("tasks/poll/fenced", json={"workerId": "a", "count": 1}).json()
         assert b.post("tasks/poll/fenced", json={"workerId": "b", "count": 1}).json() == []  # the permit is a's
         with connection.cursor() as cursor:  # a goes quiet: its lease runs out
-            cursor.execute("UPDATE executions_task SET lease_expires_at = now() - interval '0.5 seconds' WHERE id = %s",
-                           [first["taskId"]])
+            cursor.execute(
+                "UPDATE executions_task SET lease_expires_at = now() - interval '0.5 seconds' WHERE id = %s",
+                [first["taskId"]],
+            )
         (second,) = b.post("tasks/poll/fenced", json={"workerId": "b", "count": 1}).json()
 
         late = a.post(f"tasks/{first['taskId']}/heartbeat", json={"leaseToken": first["leaseToken"]})
-        result = a.post(f"tasks/{first['taskId']}/result", json={"leaseToken": first["leaseToken"], "status": "COMPLETED"})
+        result = a.post(
+            f"tasks/{first['taskId']}/result", json={"leaseToken": first["leaseToken"], "status": "COMPLETED"}
+        )
 
         assert (late.status_code, result.status_code) == (409, 409), (late.json(), result.json())
         assert b.get("semaphores/pool").json()["held"] == 1
         assert Task.objects.get(pk=first["taskId"]).status == "IN_PROGRESS"  # the sweeper (not running) decides
-        ok = b.post(f"tasks/{second['taskId']}/result", json={"leaseToken": second["leaseToken"], "status": "COMPLETED"})
+        ok = b.post(
+            f"tasks/{second['taskId']}/result", json={"leaseToken": second["leaseToken"], "status": "COMPLETED"}
+        )
         assert ok.status_code == 200
     finally:
         stack.stop()

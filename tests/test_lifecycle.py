@@ -1,6 +1,7 @@
 """Execution lifecycle through the API (SPEC §6): start (idempotency,
 priority), terminate, pause/resume, retry, restart, decide, listing, and
 namespace isolation."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,6 +35,7 @@ def act(api, execution_id: str, verb: str, body: dict | None = None, expect: int
 
 
 # --- start ------------------------------------------------------------------
+
 
 def test_it_starts_an_execution_and_schedules_its_first_task(api):
     register(api, "orders", simple("charge", inputParameters={"id": "${workflow.input.id}"}), simple("ship"))
@@ -71,13 +73,16 @@ def test_it_refuses_to_start_an_unknown_workflow(api):
     assert response.status_code == 404
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"name": "orders", "priority": 100}, "priority"),
-    ({"name": "orders", "priority": -1}, "priority"),
-    ({"name": "orders", "input": [1]}, "input"),
-    ({"name": "orders", "version": 0}, "version"),
-    ({}, "name"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "orders", "priority": 100}, "priority"),
+        ({"name": "orders", "priority": -1}, "priority"),
+        ({"name": "orders", "input": [1]}, "input"),
+        ({"name": "orders", "version": 0}, "version"),
+        ({}, "name"),
+    ],
+)
 def test_it_refuses_bad_start_bodies(api, body, field):
     register(api, "orders", simple("charge"))
     response = api.post("executions", body)
@@ -96,9 +101,18 @@ def test_it_leases_the_higher_priority_task_first(api):
 
 # --- terminate --------------------------------------------------------------
 
+
 def test_it_terminates_cancelling_open_tasks_and_fencing_workers(api):
-    register(api, "orders", {"name": "split", "taskReferenceName": "split", "type": "FORK_JOIN",
-                             "forkTasks": [[simple("a")], [simple("b")]]})
+    register(
+        api,
+        "orders",
+        {
+            "name": "split",
+            "taskReferenceName": "split",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple("a")], [simple("b")]],
+        },
+    )
     started = start(api, "orders")
     leased = poll_one(api, "a")
     view = act(api, started["id"], "terminate", {"reason": "customer cancelled"})
@@ -133,8 +147,11 @@ def test_it_refuses_to_terminate_a_completed_execution(api):
 
 def test_it_cascades_terminate_to_child_executions(api):
     register(api, "child", simple("inner"))
-    register(api, "parent", {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW",
-                             "subWorkflowParam": {"name": "child"}})
+    register(
+        api,
+        "parent",
+        {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW", "subWorkflowParam": {"name": "child"}},
+    )
     started = start(api, "parent")
     child_id = task_at(started, "sub")["subWorkflowId"]
     leased = poll_one(api, "inner")
@@ -159,6 +176,7 @@ def test_it_does_not_let_an_optional_task_swallow_terminate(api):
 
 
 # --- pause and resume -------------------------------------------------------
+
 
 def test_it_dispatches_nothing_while_paused(api):
     register(api, "orders", simple("charge"), simple("ship"))
@@ -213,6 +231,7 @@ def test_it_terminates_a_paused_execution(api):
 
 # --- retry and restart ------------------------------------------------------
 
+
 def test_it_retries_from_the_failed_task(api):
     no_retries(api, "ship")
     register(api, "orders", simple("charge"), simple("ship"), simple("notify"))
@@ -238,9 +257,17 @@ def test_it_retries_from_the_failed_task(api):
 
 def test_it_retries_a_failed_fork_reopening_its_canceled_branches(api):
     no_retries(api, "a")
-    register(api, "orders", {"name": "split", "taskReferenceName": "split", "type": "FORK_JOIN",
-                             "forkTasks": [[simple("a")], [simple("b")]]},
-             {"name": "merge", "taskReferenceName": "merge", "type": "JOIN", "joinOn": ["a", "b"]})
+    register(
+        api,
+        "orders",
+        {
+            "name": "split",
+            "taskReferenceName": "split",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple("a")], [simple("b")]],
+        },
+        {"name": "merge", "taskReferenceName": "merge", "type": "JOIN", "joinOn": ["a", "b"]},
+    )
     started = start(api, "orders")
     fail(api, poll_one(api, "a"))
     assert statuses(execution(api, started["id"])) == {"split": "FAILED", "a": "FAILED", "b": "CANCELED"}
@@ -255,9 +282,19 @@ def test_it_retries_a_failed_fork_reopening_its_canceled_branches(api):
 
 
 def test_it_fails_again_on_retry_when_a_switch_expression_failed(api):
-    register(api, "orders", {"name": "route", "taskReferenceName": "route", "type": "SWITCH",
-                             "evaluatorType": "javascript", "expression": "$.missing.field",
-                             "decisionCases": {"x": [simple("a")]}}, simple("after"))
+    register(
+        api,
+        "orders",
+        {
+            "name": "route",
+            "taskReferenceName": "route",
+            "type": "SWITCH",
+            "evaluatorType": "javascript",
+            "expression": "$.missing.field",
+            "decisionCases": {"x": [simple("a")]},
+        },
+        simple("after"),
+    )
     started = start(api, "orders")
     assert started["status"] == "FAILED"
     view = act(api, started["id"], "retry")
@@ -270,9 +307,18 @@ def test_it_fails_again_on_retry_when_a_switch_expression_failed(api):
 @pytest.mark.parametrize("items", [[1, 2, 3], {"not": "a list"}])
 def test_it_fails_again_on_retry_when_a_dynamic_fork_refused_its_items(api, settings, items):
     settings.NODE_FLOW_MAX_FORK_ITEMS = 2
-    register(api, "orders", {"name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN_DYNAMIC",
-                             "forkTask": simple("charge"), "inputParameters": {"items": "${workflow.input.items}"}},
-             simple("after"))
+    register(
+        api,
+        "orders",
+        {
+            "name": "fan",
+            "taskReferenceName": "fan",
+            "type": "FORK_JOIN_DYNAMIC",
+            "forkTask": simple("charge"),
+            "inputParameters": {"items": "${workflow.input.items}"},
+        },
+        simple("after"),
+    )
     started = start(api, "orders", {"items": items})
     assert started["status"] == "FAILED"
     view = act(api, started["id"], "retry")
@@ -283,8 +329,18 @@ def test_it_fails_again_on_retry_when_a_dynamic_fork_refused_its_items(api, sett
 
 def test_it_retries_a_do_while_from_its_failed_iteration(api):
     no_retries(api, "step")
-    register(api, "orders", {"name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
-                             "loopCondition": "$.iteration < 3", "maxIterations": 5, "loopOver": [simple("step")]})
+    register(
+        api,
+        "orders",
+        {
+            "name": "loop",
+            "taskReferenceName": "loop",
+            "type": "DO_WHILE",
+            "loopCondition": "$.iteration < 3",
+            "maxIterations": 5,
+            "loopOver": [simple("step")],
+        },
+    )
     started = start(api, "orders")
     poll_and_complete(api, "step")
     fail(api, poll_one(api, "step"))
@@ -357,6 +413,7 @@ def test_it_refuses_to_restart_a_running_execution(api):
 
 # --- decide -----------------------------------------------------------------
 
+
 def test_it_decides_on_request(api):
     register(api, "orders", simple("charge"))
     started = start(api, "orders")
@@ -373,6 +430,7 @@ def test_it_decides_an_ended_execution_without_changing_it(api):
 
 
 # --- listing ----------------------------------------------------------------
+
 
 def test_it_filters_executions_by_status_name_and_correlation_id(api):
     register(api, "orders", simple("charge"))
@@ -440,6 +498,7 @@ def test_it_gives_no_next_cursor_on_the_last_page(api):
 
 
 # --- not found and other namespaces -----------------------------------------
+
 
 @pytest.mark.parametrize("execution_id", [UNKNOWN_ID, "not-a-uuid", "12345"])
 def test_it_answers_404_for_an_unknown_or_malformed_id(api, execution_id):

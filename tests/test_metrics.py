@@ -6,6 +6,7 @@ one scrape of one process shows the sum of what several processes counted.
 Scrapes compare before and after: the multi-process files of a deployment
 outlive its processes, so earlier runs' counts are in the sums too. Task
 types are named ``mx_*`` so no other test's work moves these series."""
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,19 @@ from nodeflow.keys import create_api_key
 from nodeflow.models import Namespace
 from tests.controls_helpers import fill
 from tests.engine_helpers import (
-    advance, complete, execution, fail, poll, poll_one, register, report, simple, start, statuses, sweep, task_def,
+    advance,
+    complete,
+    execution,
+    fail,
+    poll,
+    poll_one,
+    register,
+    report,
+    simple,
+    start,
+    statuses,
+    sweep,
+    task_def,
 )
 from tests.procs.stack import PYTHON, Stack, live_database_url
 from tests.system_helpers import http_task
@@ -40,7 +53,8 @@ Samples = dict[tuple[str, frozenset], float]
 def parse(text: str) -> Samples:
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text) for sample in family.samples
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
     }
 
 
@@ -67,6 +81,7 @@ def moved(api):
 
 
 # --- events --------------------------------------------------------------------
+
 
 def test_it_runs_in_multi_process_mode_with_a_directory_per_deployment():
     # Settings give each deployment (database) a directory under var/.
@@ -106,9 +121,13 @@ def test_it_counts_a_batch_of_results(api, moved):
 
 def test_it_counts_the_ends_the_decider_makes_once(api, moved):
     task_def(api, "mx_maybe", retryCount=0)
-    register(api, "mx_wf_decided",
-             {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE", "inputParameters": {"seen": True}},
-             simple("maybe", "mx_maybe", optional=True), simple("after", "mx_after"))
+    register(
+        api,
+        "mx_wf_decided",
+        {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE", "inputParameters": {"seen": True}},
+        simple("maybe", "mx_maybe", optional=True),
+        simple("after", "mx_after"),
+    )
     started = start(api, "mx_wf_decided")
     fail(api, poll_one(api, "mx_maybe"))
     assert statuses(execution(api, started["id"]))["maybe"] == "COMPLETED_WITH_ERRORS"
@@ -123,8 +142,11 @@ def test_it_counts_the_ends_the_decider_makes_once(api, moved):
 def test_it_counts_timeouts_and_waits_ended_by_the_sweeper(api, frozen_clock, moved):
     task_def(api, "mx_stuck", retryCount=0, scheduleToStartTimeout=5)
     register(api, "mx_wf_stuck", simple("stuck", "mx_stuck"))
-    register(api, "mx_wf_wait", {"name": "pause", "taskReferenceName": "pause", "type": "WAIT",
-                                 "inputParameters": {"duration": "3s"}})
+    register(
+        api,
+        "mx_wf_wait",
+        {"name": "pause", "taskReferenceName": "pause", "type": "WAIT", "inputParameters": {"duration": "3s"}},
+    )
     start(api, "mx_wf_stuck")
     start(api, "mx_wf_wait")
     advance(6)
@@ -175,12 +197,14 @@ def test_it_counts_refusals_by_control_once_each(api, moved):
     poll(api, "mx_capped", count=5)  # held back: one in flight already
     api.put("quotas", {"maxConcurrentExecutions": 3, "maxWorkflowDefinitions": 2})
     start(api, "mx_nightly", expect=429)  # 3 running: the namespace quota refuses first
-    assert api.post("metadata/workflow-definitions", {"name": "mx_one_too_many", "tasks": [simple("t")]}).status_code == 429
+    assert (
+        api.post("metadata/workflow-definitions", {"name": "mx_one_too_many", "tasks": [simple("t")]}).status_code
+        == 429
+    )
     assert moved("nodeflow_limit_refusals_total", control="maxConcurrentExecutions") == 1
     assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit") == 1
     assert moved("nodeflow_limit_refusals_total", control="quota:maxConcurrentExecutions") == 1
     assert moved("nodeflow_limit_refusals_total", control="quota:maxWorkflowDefinitions") == 1
-
 
 
 def test_a_long_poll_held_back_counts_its_control_once(api, moved):
@@ -190,7 +214,9 @@ def test_a_long_poll_held_back_counts_its_control_once(api, moved):
     assert api.post("tasks/poll/mx_held", {"workerId": "w", "count": 5, "waitSeconds": 0.3}).json() == []
     assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit") == 1
 
+
 # --- state read from the database ------------------------------------------------
+
 
 def test_it_reads_queue_depth_and_in_flight_from_the_database(api):
     ids = fill(api, "mx_depth", 4)
@@ -251,8 +277,12 @@ def test_it_reads_breaker_states_the_processes_reported(api, tripped_breaker):
 
 def test_it_reads_decider_timer_and_lease_lag(api, frozen_clock):
     task_def(api, "mx_lease", startToCloseTimeout=60, retryDelaySeconds=0)
-    register(api, "mx_wf_lag", simple("work", "mx_lease"), {
-        "name": "pause", "taskReferenceName": "pause", "type": "WAIT", "inputParameters": {"duration": "10s"}})
+    register(
+        api,
+        "mx_wf_lag",
+        simple("work", "mx_lease"),
+        {"name": "pause", "taskReferenceName": "pause", "type": "WAIT", "inputParameters": {"duration": "10s"}},
+    )
     started = start(api, "mx_wf_lag")
     poll_one(api, "mx_lease")
     # A decide request no process picked up (its maker died after commit).
@@ -278,6 +308,7 @@ def test_it_reads_decider_timer_and_lease_lag(api, frozen_clock):
 
 
 # --- several processes ---------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -325,10 +356,13 @@ def test_one_scrape_sums_what_several_processes_counted(tmp_path):
         _wait_until_up(stack, first)
         _wait_until_up(stack, second)
         admin = httpx.Client(base_url=f"{first}/v1/ns/default/", headers={"x-api-key": key}, timeout=30)
-        admin.post("metadata/workflow-definitions", json={
-            "name": "mx_wf_multi", "tasks": [simple("t", "mx_multi")]}).raise_for_status()
-        admin.post("metadata/workflow-definitions", json={
-            "name": "mx_wf_full", "maxConcurrentExecutions": 1, "tasks": [simple("t", "mx_never_polled")]}).raise_for_status()
+        admin.post(
+            "metadata/workflow-definitions", json={"name": "mx_wf_multi", "tasks": [simple("t", "mx_multi")]}
+        ).raise_for_status()
+        admin.post(
+            "metadata/workflow-definitions",
+            json={"name": "mx_wf_full", "maxConcurrentExecutions": 1, "tasks": [simple("t", "mx_never_polled")]},
+        ).raise_for_status()
         for _ in range(5):
             admin.post("executions", json={"name": "mx_wf_multi"}).raise_for_status()
         admin.post("executions", json={"name": "mx_wf_full"}).raise_for_status()
@@ -345,5 +379,6 @@ def test_one_scrape_sums_what_several_processes_counted(tmp_path):
     # Both processes are gone; what they counted stays in the directory.
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(tmp_path))
-    assert registry.get_sample_value(
-        "nodeflow_tasks_ended_total", {"task_type": "mx_multi", "status": "COMPLETED"}) == 5
+    assert (
+        registry.get_sample_value("nodeflow_tasks_ended_total", {"task_type": "mx_multi", "status": "COMPLETED"}) == 5
+    )

@@ -10,6 +10,7 @@ The benchmark, soak and stress tools (``tools/``) and the tests drive the
 product from outside: they may import any of it, and nothing in it, its
 commands and migrations included, imports them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,8 +24,18 @@ PACKAGES = (*PRODUCT, "tools")
 # layer's lower neighbours, never from a layer above it.
 LAYERS = [
     {"executions.models", "quotas.models", "metadata.models", "nodeflow.models"},
-    {"executions.attempts", "executions.runs", "executions.snapshots", "executions.leases", "executions.decider",
-     "quotas.gate", "quotas.admission", "quotas.starts", "quotas.namespace_quotas", "quotas.semaphores"},
+    {
+        "executions.attempts",
+        "executions.runs",
+        "executions.snapshots",
+        "executions.leases",
+        "executions.decider",
+        "quotas.gate",
+        "quotas.admission",
+        "quotas.starts",
+        "quotas.namespace_quotas",
+        "quotas.semaphores",
+    },
     {"executions.executor"},
     {"executions.lifecycle", "executions.results", "executions.dispatch", "executions.timers", "executions.waiting"},
 ]
@@ -65,7 +76,9 @@ def _targets(path: pathlib.Path, name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets.add(base)
             targets |= {f"{base}.{alias.name}" for alias in node.names}
     return targets
@@ -119,15 +132,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_one_that_imports_it_back():
     graph = _graph()
     # A package's __init__ importing its own submodules is not a cycle of the architecture.
-    graph = {n: {t for t in ts if not (n == t.rpartition(".")[0])} for n, ts in graph.items()}
+    graph = {n: {t for t in ts if n != t.rpartition(".")[0]} for n, ts in graph.items()}
     assert _cycles(graph) == []
 
 
 def test_no_layer_imports_a_layer_above_it():
     graph = _graph()
     rank = {module: level for level, members in enumerate(LAYERS) for module in members}
-    upward = [f"{module} → {target}" for module, targets in graph.items() if module in rank
-              for target in targets if target in rank and rank[target] > rank[module]]
+    upward = [
+        f"{module} → {target}"
+        for module, targets in graph.items()
+        if module in rank
+        for target in targets
+        if target in rank and rank[target] > rank[module]
+    ]
     assert upward == []
 
 
@@ -136,8 +154,12 @@ def _reaches_outside(path: pathlib.Path, name: str) -> list[str]:
 
 
 def test_the_product_imports_neither_tools_nor_tests():
-    found = [f"{_module_name(path)} → {target}" for package in PRODUCT for path in (ROOT / package).rglob("*.py")
-             for target in _reaches_outside(path, _module_name(path))]
+    found = [
+        f"{_module_name(path)} → {target}"
+        for package in PRODUCT
+        for path in (ROOT / package).rglob("*.py")
+        for target in _reaches_outside(path, _module_name(path))
+    ]
     assert found == []
 
 

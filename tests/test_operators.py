@@ -2,6 +2,7 @@
 FORK_JOIN_DYNAMIC, DO_WHILE, SUB_WORKFLOW, TERMINATE, SET_VARIABLE; with
 expressions, fail-fast forks, optional tasks and the failureWorkflow —
 all driven through the HTTP API."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,14 @@ from tests.engine_helpers import (
 
 
 def switch(ref: str, cases: dict, default: list | None = None, **fields) -> dict:
-    return {"name": ref, "taskReferenceName": ref, "type": "SWITCH", "decisionCases": cases,
-            "defaultCase": default or [], **fields}
+    return {
+        "name": ref,
+        "taskReferenceName": ref,
+        "type": "SWITCH",
+        "decisionCases": cases,
+        "defaultCase": default or [],
+        **fields,
+    }
 
 
 def fork(ref: str, *branches: list, **fields) -> dict:
@@ -43,18 +50,37 @@ def join(ref: str, *on: str) -> dict:
 
 
 def dynamic(ref: str, template: dict, items="${workflow.input.items}", **fields) -> dict:
-    return {"name": ref, "taskReferenceName": ref, "type": "FORK_JOIN_DYNAMIC", "forkTask": template,
-            "inputParameters": {"items": items}, **fields}
+    return {
+        "name": ref,
+        "taskReferenceName": ref,
+        "type": "FORK_JOIN_DYNAMIC",
+        "forkTask": template,
+        "inputParameters": {"items": items},
+        **fields,
+    }
 
 
 def loop(ref: str, condition: str, *body: dict, max_iterations: int = 10, **fields) -> dict:
-    return {"name": ref, "taskReferenceName": ref, "type": "DO_WHILE", "loopCondition": condition,
-            "loopOver": list(body), "maxIterations": max_iterations, **fields}
+    return {
+        "name": ref,
+        "taskReferenceName": ref,
+        "type": "DO_WHILE",
+        "loopCondition": condition,
+        "loopOver": list(body),
+        "maxIterations": max_iterations,
+        **fields,
+    }
 
 
 def sub_workflow(ref: str, child: str, inputs: dict | None = None, **fields) -> dict:
-    return {"name": "call_" + child, "taskReferenceName": ref, "type": "SUB_WORKFLOW",
-            "subWorkflowParam": {"name": child}, "inputParameters": inputs or {}, **fields}
+    return {
+        "name": "call_" + child,
+        "taskReferenceName": ref,
+        "type": "SUB_WORKFLOW",
+        "subWorkflowParam": {"name": child},
+        "inputParameters": inputs or {},
+        **fields,
+    }
 
 
 def scheduled_paths(view: dict) -> set[str]:
@@ -67,7 +93,9 @@ VALUE_PARAM_SWITCH = switch(
     "route",
     {"card": [simple("charge_card")], "bank": [simple("charge_bank")]},
     [simple("manual")],
-    evaluatorType="value-param", expression="kind", inputParameters={"kind": "${workflow.input.kind}"},
+    evaluatorType="value-param",
+    expression="kind",
+    inputParameters={"kind": "${workflow.input.kind}"},
 )
 
 
@@ -96,18 +124,33 @@ def test_it_runs_the_default_case_when_no_case_matches(api):
 
 
 def test_it_goes_straight_on_when_the_default_case_is_empty(api):
-    register(api, "pay", switch("route", {"card": [simple("charge_card")]}, expression="kind",
-                                inputParameters={"kind": "${workflow.input.kind}"}), simple("ship"))
+    register(
+        api,
+        "pay",
+        switch(
+            "route",
+            {"card": [simple("charge_card")]},
+            expression="kind",
+            inputParameters={"kind": "${workflow.input.kind}"},
+        ),
+        simple("ship"),
+    )
     started = start(api, "pay", {"kind": "nothing"})
     assert scheduled_paths(started) == {"ship"}
 
 
 def test_it_picks_a_case_with_a_javascript_expression(api):
-    register(api, "pay", switch(
-        "size", {"big": [simple("review")], "small": [simple("auto")]},
-        evaluatorType="javascript", expression="$.amount > 100 ? 'big' : 'small'",
-        inputParameters={"amount": "${workflow.input.amount}"},
-    ))
+    register(
+        api,
+        "pay",
+        switch(
+            "size",
+            {"big": [simple("review")], "small": [simple("auto")]},
+            evaluatorType="javascript",
+            expression="$.amount > 100 ? 'big' : 'small'",
+            inputParameters={"amount": "${workflow.input.amount}"},
+        ),
+    )
     big = start(api, "pay", {"amount": 500})
     small = start(api, "pay", {"amount": 5})
     assert scheduled_paths(big) == {"review"}
@@ -116,8 +159,16 @@ def test_it_picks_a_case_with_a_javascript_expression(api):
 
 
 def test_it_fails_the_execution_when_the_javascript_expression_throws(api):
-    register(api, "pay", switch("size", {"x": [simple("a")]}, evaluatorType="javascript",
-                                expression="(function(){ throw new Error('nope') })()"))
+    register(
+        api,
+        "pay",
+        switch(
+            "size",
+            {"x": [simple("a")]},
+            evaluatorType="javascript",
+            expression="(function(){ throw new Error('nope') })()",
+        ),
+    )
     started = start(api, "pay")
     assert started["status"] == "FAILED"
     assert task_at(started, "size")["status"] == "FAILED_WITH_TERMINAL_ERROR"
@@ -126,8 +177,16 @@ def test_it_fails_the_execution_when_the_javascript_expression_throws(api):
 
 def test_it_fails_the_execution_when_the_javascript_expression_allocates_past_the_limit(api):
     # Inside the start request: the API process must not grow by 512 MiB.
-    register(api, "pay", switch("size", {"x": [simple("a")]}, evaluatorType="javascript",
-                                expression="new Uint8Array(512 * 1024 * 1024).length"))
+    register(
+        api,
+        "pay",
+        switch(
+            "size",
+            {"x": [simple("a")]},
+            evaluatorType="javascript",
+            expression="new Uint8Array(512 * 1024 * 1024).length",
+        ),
+    )
     started = start(api, "pay")
     assert started["status"] == "FAILED"
     assert "memory limit (32 MiB)" in started["reasonForIncompletion"]
@@ -164,10 +223,13 @@ def test_it_matches_a_yaml_boolean_case_key(api, amount, queue):
 
 
 def test_it_matches_a_boolean_input_with_value_param(api):
-    response = api.post(WORKFLOWS, raw=YAML_BOOLEAN_SWITCH.replace("evaluatorType: javascript", "evaluatorType: value-param")
-                        .replace("expression: $.amount < 1000", "expression: vip")
-                        .replace("amount: ${workflow.input.amount}", "vip: ${workflow.input.vip}"),
-                        content_type="application/yaml")
+    response = api.post(
+        WORKFLOWS,
+        raw=YAML_BOOLEAN_SWITCH.replace("evaluatorType: javascript", "evaluatorType: value-param")
+        .replace("expression: $.amount < 1000", "expression: vip")
+        .replace("amount: ${workflow.input.amount}", "vip: ${workflow.input.vip}"),
+        content_type="application/yaml",
+    )
     assert response.status_code == 201, response.json()
     assert scheduled_paths(start(api, "approve", {"vip": True})) == {"auto_approve"}
     assert scheduled_paths(start(api, "approve", {"vip": False})) == {"human_review"}
@@ -175,9 +237,15 @@ def test_it_matches_a_boolean_input_with_value_param(api):
 
 # --- FORK_JOIN and JOIN -----------------------------------------------------
 
+
 def test_it_runs_fork_branches_side_by_side_and_joins_their_outputs(api):
-    register(api, "fan", fork("split", [simple("a1"), simple("a2")], [simple("b1")]), join("merge", "a2", "b1"),
-             simple("after", inputParameters={"joined": "${merge.output}"}))
+    register(
+        api,
+        "fan",
+        fork("split", [simple("a1"), simple("a2")], [simple("b1")]),
+        join("merge", "a2", "b1"),
+        simple("after", inputParameters={"joined": "${merge.output}"}),
+    )
     started = start(api, "fan")
     assert scheduled_paths(started) == {"a1", "b1"}
     poll_and_complete(api, "a1", {"n": 1})
@@ -193,8 +261,12 @@ def test_it_runs_fork_branches_side_by_side_and_joins_their_outputs(api):
 
 
 def test_it_runs_one_branch_at_a_time_with_max_concurrency_1(api):
-    register(api, "fan", fork("split", [simple("a1"), simple("a2")], [simple("b1")], [simple("c1")], maxConcurrency=1),
-             join("merge"))
+    register(
+        api,
+        "fan",
+        fork("split", [simple("a1"), simple("a2")], [simple("b1")], [simple("c1")], maxConcurrency=1),
+        join("merge"),
+    )
     started = start(api, "fan")
     assert scheduled_paths(started) == {"a1"}
     assert poll(api, "b1") == [] and poll(api, "c1") == []
@@ -228,7 +300,8 @@ def test_it_runs_the_template_once_per_item_with_item_and_index(api):
     view = execution(api, started["id"])
     assert view["status"] == "COMPLETED"
     assert task_at(view, "merge")["outputData"] == {
-        "fan[0].charge": {"charged": "a"}, "fan[1].charge": {"charged": "b"},
+        "fan[0].charge": {"charged": "a"},
+        "fan[1].charge": {"charged": "b"},
     }
     assert task_at(view, "fan")["status"] == "COMPLETED"
 
@@ -300,9 +373,14 @@ def test_it_completes_a_dynamic_fork_over_no_items(api):
 
 # --- DO_WHILE ---------------------------------------------------------------
 
+
 def test_it_iterates_a_do_while_until_its_condition_is_false(api):
-    register(api, "again", loop("loop", "$.iteration < 3", simple("step", inputParameters={"n": "${workflow.input.n}"})),
-             simple("after", inputParameters={"loops": "${loop.output.iteration}"}))
+    register(
+        api,
+        "again",
+        loop("loop", "$.iteration < 3", simple("step", inputParameters={"n": "${workflow.input.n}"})),
+        simple("after", inputParameters={"loops": "${loop.output.iteration}"}),
+    )
     started = start(api, "again", {"n": 7})
     assert scheduled_paths(started) == {"loop[1].step"}
     for iteration in (1, 2, 3):
@@ -314,7 +392,9 @@ def test_it_iterates_a_do_while_until_its_condition_is_false(api):
     assert task_at(view, "loop")["status"] == "COMPLETED"
     assert task_at(view, "loop")["outputData"] == {"iteration": 3}
     assert [t["path"] for t in view["tasks"] if t["referenceTaskName"] == "step"] == [
-        "loop[1].step", "loop[2].step", "loop[3].step"
+        "loop[1].step",
+        "loop[2].step",
+        "loop[3].step",
     ]
     assert task_at(view, "after")["inputData"] == {"loops": 3}
     assert {t["idempotencyKey"] for t in view["tasks"] if t["referenceTaskName"] == "step"} == {
@@ -360,8 +440,12 @@ def test_it_fails_the_loop_when_an_iteration_fails(api):
 
 def counter_loop(iterations: int) -> dict:
     """A loop of operators only: every iteration ends within the walk."""
-    body = {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE",
-            "inputParameters": {"last": "${loop.output.iteration}"}}
+    body = {
+        "name": "note",
+        "taskReferenceName": "note",
+        "type": "SET_VARIABLE",
+        "inputParameters": {"last": "${loop.output.iteration}"},
+    }
     return loop("loop", f"$.iteration < {iterations}", body, max_iterations=iterations)
 
 
@@ -406,14 +490,23 @@ def test_a_slow_loop_condition_holds_one_request_for_the_time_budget_only(api, s
     # runs at most 3 (1 ≤ n ≤ 3 whatever the machine's speed).
     settings.NODE_FLOW_DECISION_SECONDS = 0.25
     spin = "(() => { const t = Date.now(); while (Date.now() - t < 100) {} return $.iteration < 20 })()"
-    register(api, "slow", loop("loop", spin, {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE",
-                                              "inputParameters": {"x": 1}}, max_iterations=20))
+    register(
+        api,
+        "slow",
+        loop(
+            "loop",
+            spin,
+            {"name": "note", "taskReferenceName": "note", "type": "SET_VARIABLE", "inputParameters": {"x": 1}},
+            max_iterations=20,
+        ),
+    )
     started = start(api, "slow")
     assert 1 <= len([t for t in started["tasks"] if t["referenceTaskName"] == "note"]) <= 3
     assert decide_requests(started["id"]) == 1
 
 
 # --- SUB_WORKFLOW -----------------------------------------------------------
+
 
 def child_of(api, parent: dict, path: str = "sub") -> dict:
     child_id = task_at(execution(api, parent["id"]), path)["subWorkflowId"]
@@ -422,10 +515,18 @@ def child_of(api, parent: dict, path: str = "sub") -> dict:
 
 
 def test_it_starts_a_child_and_passes_its_output_back(api):
-    register(api, "child", simple("inner", inputParameters={"x": "${workflow.input.x}"}),
-             outputParameters={"result": "${inner.output.value}"})
-    register(api, "parent", sub_workflow("sub", "child", {"x": "${workflow.input.x}"}),
-             simple("after", inputParameters={"got": "${sub.output.result}"}))
+    register(
+        api,
+        "child",
+        simple("inner", inputParameters={"x": "${workflow.input.x}"}),
+        outputParameters={"result": "${inner.output.value}"},
+    )
+    register(
+        api,
+        "parent",
+        sub_workflow("sub", "child", {"x": "${workflow.input.x}"}),
+        simple("after", inputParameters={"got": "${sub.output.result}"}),
+    )
     started = start(api, "parent", {"x": 5})
     sub = task_at(started, "sub")
     assert sub["status"] == "IN_PROGRESS" and sub["type"] == "SUB_WORKFLOW"
@@ -483,12 +584,19 @@ def test_it_retries_a_failed_child_as_a_new_child(api):
 
 
 def test_it_runs_a_child_per_dynamic_fork_item(api):
-    register(api, "child", simple("inner", inputParameters={"v": "${workflow.input.v}"}),
-             outputParameters={"double": "${inner.output.double}"})
+    register(
+        api,
+        "child",
+        simple("inner", inputParameters={"v": "${workflow.input.v}"}),
+        outputParameters={"double": "${inner.output.double}"},
+    )
     register(api, "parent", dynamic("fan", sub_workflow("sub", "child", {"v": "${item}"})), join("merge"))
     started = start(api, "parent", {"items": [10, 20]})
     leased = poll(api, "inner", count=5)
-    assert sorted((t["path"], t["inputData"]["v"]) for t in leased) == [("fan[0].sub.inner", 10), ("fan[1].sub.inner", 20)]
+    assert sorted((t["path"], t["inputData"]["v"]) for t in leased) == [
+        ("fan[0].sub.inner", 10),
+        ("fan[1].sub.inner", 20),
+    ]
     for task in leased:
         complete(api, task, {"double": task["inputData"]["v"] * 2})
     sweep()
@@ -528,14 +636,24 @@ def test_it_shortens_a_childs_deadline_to_the_parents(api, frozen_clock):
 
 # --- TERMINATE and SET_VARIABLE --------------------------------------------
 
+
 def terminate_task(status: str, **inputs) -> dict:
-    return {"name": "stop", "taskReferenceName": "stop", "type": "TERMINATE",
-            "inputParameters": {"terminationStatus": status, **inputs}}
+    return {
+        "name": "stop",
+        "taskReferenceName": "stop",
+        "type": "TERMINATE",
+        "inputParameters": {"terminationStatus": status, **inputs},
+    }
 
 
 def test_it_terminates_as_completed_with_the_workflow_output(api):
-    register(api, "short", simple("a"), terminate_task("COMPLETED", workflowOutput={"total": "${a.output.total}"}),
-             simple("never"))
+    register(
+        api,
+        "short",
+        simple("a"),
+        terminate_task("COMPLETED", workflowOutput={"total": "${a.output.total}"}),
+        simple("never"),
+    )
     started = start(api, "short")
     poll_and_complete(api, "a", {"total": 9})
     view = execution(api, started["id"])
@@ -545,8 +663,12 @@ def test_it_terminates_as_completed_with_the_workflow_output(api):
 
 
 def test_it_terminates_as_failed_with_a_reason(api):
-    register(api, "short", terminate_task("FAILED", terminationReason="no stock", workflowOutput={"code": 7}),
-             simple("never"))
+    register(
+        api,
+        "short",
+        terminate_task("FAILED", terminationReason="no stock", workflowOutput={"code": 7}),
+        simple("never"),
+    )
     started = start(api, "short")
     assert started["status"] == "FAILED"
     assert started["reasonForIncompletion"] == "no stock"
@@ -566,11 +688,19 @@ def test_it_cancels_open_branches_when_terminate_ends_the_run(api):
 
 
 def test_it_sets_variables_for_later_tasks_and_the_execution(api):
-    register(api, "vars", simple("a"),
-             {"name": "set", "taskReferenceName": "set", "type": "SET_VARIABLE",
-              "inputParameters": {"count": "${a.output.n}", "stage": "counted"}},
-             simple("b", inputParameters={"count": "${workflow.variables.count}", "stage": "${workflow.variables.stage}"}),
-             variables={"stage": "new", "keep": 1})
+    register(
+        api,
+        "vars",
+        simple("a"),
+        {
+            "name": "set",
+            "taskReferenceName": "set",
+            "type": "SET_VARIABLE",
+            "inputParameters": {"count": "${a.output.n}", "stage": "counted"},
+        },
+        simple("b", inputParameters={"count": "${workflow.variables.count}", "stage": "${workflow.variables.stage}"}),
+        variables={"stage": "new", "keep": 1},
+    )
     started = start(api, "vars")
     assert started["variables"] == {"stage": "new", "keep": 1}
     poll_and_complete(api, "a", {"n": 3})
@@ -581,20 +711,32 @@ def test_it_sets_variables_for_later_tasks_and_the_execution(api):
 
 # --- expressions ------------------------------------------------------------
 
+
 def test_it_resolves_expressions_in_inputs_and_the_workflow_output(api):
     register(
-        api, "expr",
-        simple("a", inputParameters={
-            "id": "${workflow.input.order.id}", "first": "${workflow.input.lines[0]}",
-            "text": "order ${workflow.input.order.id} for ${workflow.input.order.who}",
-            "execution": "${workflow.executionId}", "missing": "${workflow.input.nope}", "literal": "$${not}",
-        }),
+        api,
+        "expr",
+        simple(
+            "a",
+            inputParameters={
+                "id": "${workflow.input.order.id}",
+                "first": "${workflow.input.lines[0]}",
+                "text": "order ${workflow.input.order.id} for ${workflow.input.order.who}",
+                "execution": "${workflow.executionId}",
+                "missing": "${workflow.input.nope}",
+                "literal": "$${not}",
+            },
+        ),
         simple("b", inputParameters={"fromA": "${a.output.items[1].sku}", "status": "${a.status}"}),
         outputParameters={"sku": "${a.output.items[1].sku}", "b": "${b.output}", "note": "done ${a.output.total}"},
     )
     started = start(api, "expr", {"order": {"id": 42, "who": "ann"}, "lines": ["x", "y"]})
     assert task_at(started, "a")["inputData"] == {
-        "id": 42, "first": "x", "text": "order 42 for ann", "execution": started["id"], "missing": None,
+        "id": 42,
+        "first": "x",
+        "text": "order 42 for ann",
+        "execution": started["id"],
+        "missing": None,
         "literal": "${not}",
     }
     poll_and_complete(api, "a", {"items": [{"sku": "p"}, {"sku": "q"}], "total": 5})
@@ -615,10 +757,12 @@ def test_it_uses_the_last_task_output_without_output_parameters(api):
 
 # --- failure: fail-fast forks, optional tasks, failureWorkflow --------------
 
+
 def test_it_cancels_fork_siblings_when_a_branch_fails(api):
     no_retries(api, "bad")
-    register(api, "fan", fork("split", [simple("bad")], [simple("slow"), simple("later")], [simple("queued")]),
-             join("merge"))
+    register(
+        api, "fan", fork("split", [simple("bad")], [simple("slow"), simple("later")], [simple("queued")]), join("merge")
+    )
     started = start(api, "fan")
     slow = poll_one(api, "slow")
     fail(api, poll_one(api, "bad"), "exploded")
@@ -645,8 +789,12 @@ def test_it_cancels_dynamic_fork_siblings_when_an_item_fails(api):
     fail(api, leased["fan[1].charge"])
     view = execution(api, started["id"])
     assert view["status"] == "FAILED"
-    assert statuses(view) == {"fan": "FAILED", "fan[0].charge": "CANCELED", "fan[1].charge": "FAILED",
-                              "fan[2].charge": "CANCELED"}
+    assert statuses(view) == {
+        "fan": "FAILED",
+        "fan[0].charge": "CANCELED",
+        "fan[1].charge": "FAILED",
+        "fan[2].charge": "CANCELED",
+    }
     assert report(api, leased["fan[0].charge"]).status_code == 409
 
 

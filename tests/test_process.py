@@ -1,5 +1,6 @@
 """Readying a server process: the URLconf loaded up front, the startup heap
 frozen out of the garbage collector, and its thresholds from settings."""
+
 from __future__ import annotations
 
 import gc
@@ -44,12 +45,19 @@ def test_the_wsgi_module_loads_every_view_before_the_first_request():
         "import sys, nodeflow.wsgi, gc; "
         "print('console.views' in sys.modules, gc.get_freeze_count() > 0, gc.get_threshold())"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "NODE_FLOW_GC_THRESHOLD": "40000,15"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NODE_FLOW_GC_THRESHOLD": "40000,15"},
+    )
     assert done.stdout.strip().split(maxsplit=2) == ["True", "True", "(40000, 15, 10)"]
 
 
-@pytest.mark.parametrize("raw, expected", [("50000,20,20", (50000, 20, 20)), ("1000", (1000,)), ("", ()), (" 7 , 8 ", (7, 8))])
+@pytest.mark.parametrize(
+    "raw, expected", [("50000,20,20", (50000, 20, 20)), ("1000", (1000,)), ("", ()), (" 7 , 8 ", (7, 8))]
+)
 def test_the_threshold_setting_takes_one_to_three_integers(raw, expected):
     assert nodeflow_settings._gc_threshold(raw) == expected
 

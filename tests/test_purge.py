@@ -2,6 +2,7 @@
 nodeflow_purge``): only old finished trees go, with every row hanging off
 them; running trees stay; batches, archive, dry run, re-runs; and on
 PostgreSQL, rows another transaction holds are skipped, not waited for."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -30,8 +31,11 @@ def flows(api, frozen_clock):
     register(api, "one", simple("work"))
     register(api, "idle", simple("never_polled"))
     register(api, "child", simple("inner"))
-    register(api, "parent", {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW",
-                             "subWorkflowParam": {"name": "child"}})
+    register(
+        api,
+        "parent",
+        {"name": "call", "taskReferenceName": "sub", "type": "SUB_WORKFLOW", "subWorkflowParam": {"name": "child"}},
+    )
     return api
 
 
@@ -65,7 +69,7 @@ def parent_view(api, execution_id: str) -> dict:
 
 
 def exists(*ids: str) -> list[bool]:
-    found = set(str(pk) for pk in Execution.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    found = {str(pk) for pk in Execution.objects.filter(pk__in=ids).values_list("pk", flat=True)}
     return [pk in found for pk in ids]
 
 
@@ -76,10 +80,12 @@ def leftovers(execution_id: str) -> None:
     Timer.objects.create(kind=TimerKind.WAIT, execution=execution, due_at=now + 100 * DAY)
     Message.objects.create(execution=execution, payload={"hi": 1}, created_at=now)
     DecideRequest.objects.create(execution=execution, due_at=now + 100 * DAY)
-    Admission.objects.create(namespace_id=execution.namespace_id, bucket="b", execution=execution, admitted=True,
-                             created_at=now)
-    semaphore = Semaphore.objects.create(namespace_id=execution.namespace_id, name=f"s-{execution_id[:8]}",
-                                         permits=1, created_at=now, updated_at=now)
+    Admission.objects.create(
+        namespace_id=execution.namespace_id, bucket="b", execution=execution, admitted=True, created_at=now
+    )
+    semaphore = Semaphore.objects.create(
+        namespace_id=execution.namespace_id, name=f"s-{execution_id[:8]}", permits=1, created_at=now, updated_at=now
+    )
     task = Task.objects.filter(execution=execution).first()
     SemaphoreHolder.objects.create(semaphore=semaphore, task=task, acquired_at=now)
 
@@ -185,7 +191,9 @@ def test_it_archives_each_execution_with_its_tasks_before_deleting(flows, tmp_pa
     assert set(by_id) == {done, stopped}
     assert by_id[done]["status"] == "COMPLETED" and by_id[done]["namespace"] == "default"
     assert by_id[done]["input"] == {"n": 1}
-    assert [(t["path"], t["status"], t["output"]) for t in by_id[done]["tasks"]] == [("work", "COMPLETED", {"done": True})]
+    assert [(t["path"], t["status"], t["output"]) for t in by_id[done]["tasks"]] == [
+        ("work", "COMPLETED", {"done": True})
+    ]
     assert [m["payload"] for m in by_id[done]["messages"]] == [{"note": "kept"}]
     assert [t["status"] for t in by_id[stopped]["tasks"]] == ["CANCELED"]
 
@@ -207,11 +215,14 @@ def test_the_command_purges_with_a_progress_bar_and_says_how_many(flows, tmp_pat
     assert len(list(tmp_path.iterdir())) == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--older-than-days", "-1"], "--older-than-days"),
-    (["--older-than-days", "1", "--batch-size", "0"], "--batch-size"),
-    (["--older-than-days", "1", "--namespace", "ghost"], "namespace 'ghost' does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--older-than-days", "-1"], "--older-than-days"),
+        (["--older-than-days", "1", "--batch-size", "0"], "--batch-size"),
+        (["--older-than-days", "1", "--namespace", "ghost"], "namespace 'ghost' does not exist"),
+    ],
+)
 def test_the_command_refuses_bad_arguments(db, args, message):
     with pytest.raises(CommandError, match=message):
         call_command("nodeflow_purge", *args, stdout=io.StringIO(), stderr=io.StringIO())
@@ -219,13 +230,19 @@ def test_the_command_refuses_bad_arguments(db, args, message):
 
 # --- beside a live server (PostgreSQL) ----------------------------------------
 
+
 def _hold(sql: str, params: list, holding: threading.Event, release: threading.Event) -> threading.Thread:
     """Another session that locks rows with ``sql`` and holds them until ``release``."""
     import psycopg
 
     settings_dict = connection.settings_dict
-    conninfo = dict(dbname=settings_dict["NAME"], user=settings_dict["USER"], host=settings_dict["HOST"],
-                    port=settings_dict["PORT"] or 5432, password=settings_dict["PASSWORD"] or None)
+    conninfo = {
+        "dbname": settings_dict["NAME"],
+        "user": settings_dict["USER"],
+        "host": settings_dict["HOST"],
+        "port": settings_dict["PORT"] or 5432,
+        "password": settings_dict["PASSWORD"] or None,
+    }
 
     def run() -> None:
         with psycopg.connect(**conninfo) as other:

@@ -1,5 +1,6 @@
 """Namespace quotas (SPEC §8): admin only; 429 QUOTA_EXCEEDED with quota,
 limit, current, retryAfterSeconds and a Retry-After header."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,12 @@ from executions.models import Execution
 from nodeflow import clock
 from tests.engine_helpers import register, simple, start
 
-SEED = {"maxConcurrentExecutions": 5000, "maxExecutionsPerMinute": 2000, "maxWorkflowDefinitions": 500, "maxSchedules": 100}
+SEED = {
+    "maxConcurrentExecutions": 5000,
+    "maxExecutionsPerMinute": 2000,
+    "maxWorkflowDefinitions": 500,
+    "maxSchedules": 100,
+}
 UNLIMITED = dict.fromkeys(SEED)
 
 
@@ -38,10 +44,15 @@ def test_a_put_replaces_every_quota(api):
     assert api.put("quotas", {"maxSchedules": None}).json() == UNLIMITED
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"maxSchedules": -1}, "maxSchedules"), ({"maxSchedules": "3"}, "maxSchedules"),
-    ({"maxSchedules": 1.5}, "maxSchedules"), ({"maxThings": 3}, "maxThings"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"maxSchedules": -1}, "maxSchedules"),
+        ({"maxSchedules": "3"}, "maxSchedules"),
+        ({"maxSchedules": 1.5}, "maxSchedules"),
+        ({"maxThings": 3}, "maxThings"),
+    ],
+)
 def test_it_refuses_bad_quota_bodies(api, body, field):
     response = api.put("quotas", body)
     assert response.status_code == 400 and response.json()["field"] == field

@@ -1,5 +1,6 @@
 """The task rate limit: fixed windows floor(now / size), counted at dequeue;
 completion does not refill (SPEC §8); and the combined allowance."""
+
 from __future__ import annotations
 
 from nodeflow import clock
@@ -45,14 +46,26 @@ def test_a_waiting_task_says_until_when(api, frozen_clock):
     poll(api, "partner_api", count=10)
     blocked = [task_at(execution(api, pk), "t")["blockedBy"] for pk in (first, second)]
     waiting = next(b for b in blocked if b is not None)
-    assert waiting == {"control": "rateLimit", "limit": 1, "current": 1, "since": at(frozen_clock),
-                       "until": at(frozen_clock, 60)}
+    assert waiting == {
+        "control": "rateLimit",
+        "limit": 1,
+        "current": 1,
+        "since": at(frozen_clock),
+        "until": at(frozen_clock, 60),
+    }
 
 
 def test_the_allowance_is_the_minimum_over_every_control(api, frozen_clock):
     api.put("semaphores/erp", {"permits": 3})
-    fill(api, "sync", 10, concurrentExecLimit=4, rateLimitPerFrequency=5, rateLimitFrequencySeconds=60,
-         semaphores=["erp"])
+    fill(
+        api,
+        "sync",
+        10,
+        concurrentExecLimit=4,
+        rateLimitPerFrequency=5,
+        rateLimitFrequencySeconds=60,
+        semaphores=["erp"],
+    )
     assert len(poll(api, "sync", count=10)) == 3  # the semaphore
     api.put("semaphores/erp", {"permits": 10})
     assert len(poll(api, "sync", count=10)) == 1  # the cap: 4 in flight

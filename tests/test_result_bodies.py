@@ -1,6 +1,7 @@
 """The fast path for result bodies (executions.result_bodies) must agree with
 the serializers: whatever it accepts, DRF accepts with the same validated
 data; anything else it leaves to DRF."""
+
 from __future__ import annotations
 
 import uuid
@@ -15,19 +16,42 @@ from executions.serializers import BatchResultsSerializer, ResultSerializer
 TASK_ID = "5a4e0b7c-1111-4222-8333-944455556666"
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8))
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)), max_leaves=8)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=8,
+)
 near_values = {
     "leaseToken": st.one_of(st.just("tok_EN-1"), st.none(), st.text(max_size=70), st.integers(), st.just(" tok ")),
-    "status": st.one_of(st.sampled_from(["COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "IN_PROGRESS"]),
-                        st.sampled_from(["", "DONE", "completed", "CANCELED"]), st.integers()),
+    "status": st.one_of(
+        st.sampled_from(["COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "IN_PROGRESS"]),
+        st.sampled_from(["", "DONE", "completed", "CANCELED"]),
+        st.integers(),
+    ),
     "outputData": st.one_of(st.dictionaries(st.text(max_size=5), json_values, max_size=3), json_values),
-    "reasonForIncompletion": st.one_of(st.text(max_size=20), st.just("  padded  "), st.just("a\x00b"),
-                                       st.just("x" * 10_001), st.just("\ud800"), st.none(), st.integers()),
-    "callbackAfterSeconds": st.one_of(st.integers(-5, 40_000_000), st.floats(), st.booleans(), st.text(max_size=3),
-                                      st.just(10**400), st.just(31_536_000)),
-    "logs": st.one_of(st.lists(json_values, max_size=4), st.lists(st.none(), min_size=1, max_size=2),
-                      st.just(list(range(101))), json_values),
+    "reasonForIncompletion": st.one_of(
+        st.text(max_size=20),
+        st.just("  padded  "),
+        st.just("a\x00b"),
+        st.just("x" * 10_001),
+        st.just("\ud800"),
+        st.none(),
+        st.integers(),
+    ),
+    "callbackAfterSeconds": st.one_of(
+        st.integers(-5, 40_000_000),
+        st.floats(),
+        st.booleans(),
+        st.text(max_size=3),
+        st.just(10**400),
+        st.just(31_536_000),
+    ),
+    "logs": st.one_of(
+        st.lists(json_values, max_size=4),
+        st.lists(st.none(), min_size=1, max_size=2),
+        st.just(list(range(101))),
+        json_values,
+    ),
     "taskId": st.one_of(st.just(TASK_ID), st.just(TASK_ID.replace("-", "")), st.just("not-a-uuid"), st.integers()),
     "extra": json_values,
 }
@@ -66,22 +90,39 @@ def test_a_batch_it_accepts_validates_the_same_in_drf(items):
         assert drf(BatchResultsSerializer, body) == fast
 
 
-@pytest.mark.parametrize("body", [
-    {"status": "COMPLETED"},
-    {"status": "FAILED", "leaseToken": "abc_DEF-123", "outputData": {"a": [1, None]}, "reasonForIncompletion": " why ",
-     "callbackAfterSeconds": 2.5, "logs": ["x", {"y": 1}]},
-    {"status": "IN_PROGRESS", "leaseToken": None, "callbackAfterSeconds": 0},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "COMPLETED"},
+        {
+            "status": "FAILED",
+            "leaseToken": "abc_DEF-123",
+            "outputData": {"a": [1, None]},
+            "reasonForIncompletion": " why ",
+            "callbackAfterSeconds": 2.5,
+            "logs": ["x", {"y": 1}],
+        },
+        {"status": "IN_PROGRESS", "leaseToken": None, "callbackAfterSeconds": 0},
+    ],
+)
 def test_it_takes_the_plainly_valid_bodies_itself(body):
     assert plain_result(body) == drf(ResultSerializer, body)
 
 
-@pytest.mark.parametrize("body", [
-    {"status": "DONE"}, {"leaseToken": "t"}, {"status": "COMPLETED", "typo": 1},
-    {"status": "COMPLETED", "logs": [None]}, {"status": "COMPLETED", "reasonForIncompletion": "a\x00"},
-    {"status": "COMPLETED", "callbackAfterSeconds": True}, {"status": "COMPLETED", "leaseToken": " t "},
-    {"status": "COMPLETED", "outputData": None}, {"status": "COMPLETED", "taskId": TASK_ID},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "DONE"},
+        {"leaseToken": "t"},
+        {"status": "COMPLETED", "typo": 1},
+        {"status": "COMPLETED", "logs": [None]},
+        {"status": "COMPLETED", "reasonForIncompletion": "a\x00"},
+        {"status": "COMPLETED", "callbackAfterSeconds": True},
+        {"status": "COMPLETED", "leaseToken": " t "},
+        {"status": "COMPLETED", "outputData": None},
+        {"status": "COMPLETED", "taskId": TASK_ID},
+    ],
+)
 def test_it_leaves_anything_else_to_the_serializer(body):
     assert plain_result(body) is None
 
@@ -89,5 +130,15 @@ def test_it_leaves_anything_else_to_the_serializer(body):
 def test_a_batch_needs_a_task_id_on_every_item():
     assert plain_results({"results": [{"status": "COMPLETED"}]}) is None
     fast = plain_results({"results": [{"status": "COMPLETED", "taskId": TASK_ID}]})
-    assert fast == {"results": [{"status": "COMPLETED", "taskId": uuid.UUID(TASK_ID), "outputData": {},
-                                 "reasonForIncompletion": "", "callbackAfterSeconds": 0.0, "logs": []}]}
+    assert fast == {
+        "results": [
+            {
+                "status": "COMPLETED",
+                "taskId": uuid.UUID(TASK_ID),
+                "outputData": {},
+                "reasonForIncompletion": "",
+                "callbackAfterSeconds": 0.0,
+                "logs": [],
+            }
+        ]
+    }

@@ -1,7 +1,10 @@
 """Retries through the API (SPEC §3, §6; seed 000 "Retries"): each retry is
 a new attempt row whose availableAt carries the delay; what is retried; the
 optional task; the retry budget and its metrics."""
+
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -41,11 +44,15 @@ def fail_n_times(api, queue: str, n: int) -> None:
 
 # --- attempts and delays ------------------------------------------------------
 
-@pytest.mark.parametrize(("logic", "delays"), [
-    ("FIXED", [10, 10, 10]),
-    ("LINEAR_BACKOFF", [30, 60, 90]),        # 10 × 3 × attempt
-    ("EXPONENTIAL_BACKOFF", [10, 30, 90]),   # 10 × 3 ^ (attempt − 1)
-])
+
+@pytest.mark.parametrize(
+    ("logic", "delays"),
+    [
+        ("FIXED", [10, 10, 10]),
+        ("LINEAR_BACKOFF", [30, 60, 90]),  # 10 × 3 × attempt
+        ("EXPONENTIAL_BACKOFF", [10, 30, 90]),  # 10 × 3 ^ (attempt − 1)
+    ],
+)
 def test_it_makes_each_retry_a_new_attempt_available_after_its_delay(api, frozen_clock, logic, delays):
     started = one_task(api, retryCount=3, retryLogic=logic, retryDelaySeconds=10, backoffScaleFactor=3, jitter=0)
     for _ in delays:
@@ -59,18 +66,19 @@ def test_it_makes_each_retry_a_new_attempt_available_after_its_delay(api, frozen
     assert [t["attempt"] for t in attempts] == [1, 2, 3, 4]
     assert len({t["taskId"] for t in attempts}) == 4
     assert len({t["idempotencyKey"] for t in attempts}) == 1
-    for previous, retry, delay in zip(attempts, attempts[1:], delays):
+    for previous, retry, delay in zip(attempts, attempts[1:], delays, strict=False):
         assert retry["scheduledAt"] == previous["endedAt"]
         assert seconds_between(previous["endedAt"], retry["availableAt"]) == delay
     assert poll_one(api, "work")["attempt"] == 4
 
 
 def test_it_caps_the_delay_at_max_retry_delay_seconds(api, frozen_clock):
-    started = one_task(api, retryCount=5, retryDelaySeconds=10, backoffScaleFactor=10, maxRetryDelaySeconds=250,
-                       jitter=0.2)
+    started = one_task(
+        api, retryCount=5, retryDelaySeconds=10, backoffScaleFactor=10, maxRetryDelaySeconds=250, jitter=0.2
+    )
     fail_n_times(api, "work", 4)
     attempts = tasks_at(execution(api, started["id"]), "work")
-    delays = [seconds_between(a["endedAt"], b["availableAt"]) for a, b in zip(attempts, attempts[1:])]
+    delays = [seconds_between(a["endedAt"], b["availableAt"]) for a, b in itertools.pairwise(attempts)]
     assert 8 <= delays[0] <= 12 and 80 <= delays[1] <= 120
     assert all(200 <= delay <= 250 for delay in delays[2:]), delays  # 1000 and 10000 capped, jittered, capped
 
@@ -83,6 +91,7 @@ def test_it_lets_a_retry_after_from_the_worker_lengthen_the_delay(api, frozen_cl
 
 
 # --- what is retried ----------------------------------------------------------
+
 
 def test_it_matches_non_retryable_errors_as_substrings(api, frozen_clock):
     started = one_task(api, retryCount=3, nonRetryableErrors=["card_declined", "INVALID_ARGUMENT"])
@@ -121,8 +130,19 @@ def test_it_fails_after_exactly_retry_count_retries(api, frozen_clock):
 
 def test_it_absorbs_an_optional_task_only_after_its_retries(api, frozen_clock):
     # Seed 000's entry: optional with its own retryCount on the workflow task.
-    register(api, "report", {"name": "log_to_analytics", "taskReferenceName": "analytics", "type": "SIMPLE",
-                             "optional": True, "retryCount": 1, "retryDelaySeconds": 0}, simple("after"))
+    register(
+        api,
+        "report",
+        {
+            "name": "log_to_analytics",
+            "taskReferenceName": "analytics",
+            "type": "SIMPLE",
+            "optional": True,
+            "retryCount": 1,
+            "retryDelaySeconds": 0,
+        },
+        simple("after"),
+    )
     started = start(api, "report")
     fail(api, poll_one(api, "log_to_analytics"), "analytics down")
     view = execution(api, started["id"])
@@ -131,7 +151,9 @@ def test_it_absorbs_an_optional_task_only_after_its_retries(api, frozen_clock):
     fail(api, poll_one(api, "log_to_analytics"), "still down")
     view = execution(api, started["id"])
     assert [(t["attempt"], t["status"]) for t in tasks_at(view, "analytics")] == [
-        (1, "FAILED"), (2, "COMPLETED_WITH_ERRORS")]
+        (1, "FAILED"),
+        (2, "COMPLETED_WITH_ERRORS"),
+    ]
     assert task_at(view, "analytics")["reasonForIncompletion"] == "still down"
     complete(api, poll_one(api, "after"))
     assert execution(api, started["id"])["status"] == "COMPLETED"
@@ -148,6 +170,7 @@ def test_it_absorbs_an_optional_tasks_terminal_error_at_once(api, frozen_clock):
 
 
 # --- the retry budget ---------------------------------------------------------
+
 
 def start_many(api, name: str, count: int) -> list[str]:
     return [start(api, f"wf_{name}")["id"] for _ in range(count)]

@@ -1,5 +1,6 @@
 """The retry policy as pure functions (SPEC §3, seed 000 "Retries"): the
 delay formula in tables, its bounds as properties, and what is retried."""
+
 from __future__ import annotations
 
 import math
@@ -25,27 +26,41 @@ def policy(**fields) -> dict:
 
 
 # The seed's example definition.
-CHARGE = policy(retryCount=5, retryLogic="EXPONENTIAL_BACKOFF", retryDelaySeconds=2, backoffScaleFactor=2,
-                maxRetryDelaySeconds=300, jitter=0.2, retryBudget=0.3,
-                nonRetryableErrors=["card_declined", "INVALID_ARGUMENT"])
+CHARGE = policy(
+    retryCount=5,
+    retryLogic="EXPONENTIAL_BACKOFF",
+    retryDelaySeconds=2,
+    backoffScaleFactor=2,
+    maxRetryDelaySeconds=300,
+    jitter=0.2,
+    retryBudget=0.3,
+    nonRetryableErrors=["card_declined", "INVALID_ARGUMENT"],
+)
 
 
 # --- the formula, without jitter ----------------------------------------------
 
-@pytest.mark.parametrize(("fields", "delays"), [
-    # FIXED: retryDelaySeconds every time.
-    ({"retryLogic": "FIXED", "retryDelaySeconds": 5}, [5, 5, 5, 5]),
-    # LINEAR_BACKOFF: retryDelaySeconds × backoffScaleFactor × attempt.
-    ({"retryLogic": "LINEAR_BACKOFF", "retryDelaySeconds": 2, "backoffScaleFactor": 3}, [6, 12, 18, 24]),
-    ({"retryLogic": "LINEAR_BACKOFF", "retryDelaySeconds": 1, "backoffScaleFactor": 1}, [1, 2, 3, 4]),
-    # EXPONENTIAL_BACKOFF: retryDelaySeconds × backoffScaleFactor ^ (attempt − 1); attempt 1 is the base.
-    ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 1, "backoffScaleFactor": 2}, [1, 2, 4, 8]),
-    ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 3, "backoffScaleFactor": 10}, [3, 30, 300, 3000]),
-    # Fractions are allowed.
-    ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 0.5, "backoffScaleFactor": 1.5}, [0.5, 0.75, 1.125, 1.6875]),
-    # A zero delay stays zero whatever the logic.
-    ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 0, "backoffScaleFactor": 100}, [0, 0, 0, 0]),
-])
+
+@pytest.mark.parametrize(
+    ("fields", "delays"),
+    [
+        # FIXED: retryDelaySeconds every time.
+        ({"retryLogic": "FIXED", "retryDelaySeconds": 5}, [5, 5, 5, 5]),
+        # LINEAR_BACKOFF: retryDelaySeconds × backoffScaleFactor × attempt.
+        ({"retryLogic": "LINEAR_BACKOFF", "retryDelaySeconds": 2, "backoffScaleFactor": 3}, [6, 12, 18, 24]),
+        ({"retryLogic": "LINEAR_BACKOFF", "retryDelaySeconds": 1, "backoffScaleFactor": 1}, [1, 2, 3, 4]),
+        # EXPONENTIAL_BACKOFF: retryDelaySeconds × backoffScaleFactor ^ (attempt − 1); attempt 1 is the base.
+        ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 1, "backoffScaleFactor": 2}, [1, 2, 4, 8]),
+        ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 3, "backoffScaleFactor": 10}, [3, 30, 300, 3000]),
+        # Fractions are allowed.
+        (
+            {"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 0.5, "backoffScaleFactor": 1.5},
+            [0.5, 0.75, 1.125, 1.6875],
+        ),
+        # A zero delay stays zero whatever the logic.
+        ({"retryLogic": "EXPONENTIAL_BACKOFF", "retryDelaySeconds": 0, "backoffScaleFactor": 100}, [0, 0, 0, 0]),
+    ],
+)
 def test_it_computes_each_retry_logic(fields, delays):
     table = policy(jitter=0, **fields)
     assert [retry_delay(table, attempt, 0.5) for attempt in range(1, len(delays) + 1)] == pytest.approx(delays)
@@ -55,18 +70,40 @@ def test_it_follows_the_seeds_defaults_up_to_the_cap():
     # retryDelaySeconds 1, factor 2, cap 3600: 1, 2, 4, … 2048, then 3600 (4096 capped).
     defaults = policy(jitter=0)
     assert [retry_delay(defaults, attempt, 0.5) for attempt in range(1, 14)] == [
-        1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600,
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+        128,
+        256,
+        512,
+        1024,
+        2048,
+        3600,
     ]
 
 
 def test_it_caps_the_charge_backoff_at_300():
     assert [retry_delay({**CHARGE, "jitter": 0}, a, 0.5) for a in range(1, 11)] == [
-        2, 4, 8, 16, 32, 64, 128, 256, 300, 300,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+        128,
+        256,
+        300,
+        300,
     ]
 
 
-@pytest.mark.parametrize(("logic", "attempt"), [("EXPONENTIAL_BACKOFF", 100), ("EXPONENTIAL_BACKOFF", 5000),
-                                                 ("LINEAR_BACKOFF", 100)])
+@pytest.mark.parametrize(
+    ("logic", "attempt"), [("EXPONENTIAL_BACKOFF", 100), ("EXPONENTIAL_BACKOFF", 5000), ("LINEAR_BACKOFF", 100)]
+)
 def test_it_never_overflows_on_huge_attempts(logic, attempt):
     huge = policy(retryLogic=logic, retryDelaySeconds=1e6, backoffScaleFactor=100, maxRetryDelaySeconds=60, jitter=0)
     assert retry_delay(huge, attempt, 0.5) == 60
@@ -74,13 +111,17 @@ def test_it_never_overflows_on_huge_attempts(logic, attempt):
 
 # --- jitter and the two caps ----------------------------------------------------
 
-@pytest.mark.parametrize(("rand", "expected"), [
-    (0.0, 8.0),    # the bottom of the band: 10 − 10·0.2
-    (0.25, 9.0),
-    (0.5, 10.0),   # the middle: no jitter
-    (0.75, 11.0),
-    (0.999999, 11.99999),  # the top: 10 + 10·0.2
-])
+
+@pytest.mark.parametrize(
+    ("rand", "expected"),
+    [
+        (0.0, 8.0),  # the bottom of the band: 10 − 10·0.2
+        (0.25, 9.0),
+        (0.5, 10.0),  # the middle: no jitter
+        (0.75, 11.0),
+        (0.999999, 11.99999),  # the top: 10 + 10·0.2
+    ],
+)
 def test_it_spreads_the_delay_across_plus_or_minus_delay_times_jitter(rand, expected):
     assert retry_delay(policy(retryLogic="FIXED", retryDelaySeconds=10, jitter=0.2), 1, rand) == pytest.approx(expected)
 
@@ -117,13 +158,15 @@ def test_it_names_the_bottom_of_the_band_as_the_shortest_delay():
 
 # --- properties -------------------------------------------------------------------
 
-policies = st.fixed_dictionaries({
-    "retryLogic": st.sampled_from(["FIXED", "LINEAR_BACKOFF", "EXPONENTIAL_BACKOFF"]),
-    "retryDelaySeconds": st.floats(0, 31_536_000),
-    "backoffScaleFactor": st.floats(1, 100),
-    "maxRetryDelaySeconds": st.floats(0, 31_536_000),
-    "jitter": st.floats(0, 1),
-}).map(lambda fields: policy(**fields))
+policies = st.fixed_dictionaries(
+    {
+        "retryLogic": st.sampled_from(["FIXED", "LINEAR_BACKOFF", "EXPONENTIAL_BACKOFF"]),
+        "retryDelaySeconds": st.floats(0, 31_536_000),
+        "backoffScaleFactor": st.floats(1, 100),
+        "maxRetryDelaySeconds": st.floats(0, 31_536_000),
+        "jitter": st.floats(0, 1),
+    }
+).map(lambda fields: policy(**fields))
 attempts = st.integers(1, 101)
 draws = st.floats(0, 1, exclude_max=True)
 
@@ -170,23 +213,34 @@ def test_it_is_exact_without_jitter(table, attempt):
 
 # --- what is retried ----------------------------------------------------------------
 
-@pytest.mark.parametrize(("status", "reason", "attempt", "fields", "retried", "why"), [
-    ("FAILED", "boom", 1, {}, True, ""),
-    ("FAILED", "boom", 3, {"retryCount": 3}, True, ""),            # attempt 3 of 1 + 3
-    ("FAILED", "boom", 4, {"retryCount": 3}, False, "retries exhausted (3)"),
-    ("FAILED", "boom", 1, {"retryCount": 0}, False, "retries exhausted (0)"),
-    ("FAILED_WITH_TERMINAL_ERROR", "nope", 1, {}, False, "terminal error"),
-    ("CANCELED", "canceled", 1, {}, False, "canceled"),
-    ("TIMED_OUT", "slow", 1, {"timeoutPolicy": "RETRY"}, True, ""),
-    ("TIMED_OUT", "slow", 1, {"timeoutPolicy": "TIME_OUT_WF"}, False, "timed out (timeoutPolicy TIME_OUT_WF)"),
-    # nonRetryableErrors are substrings of reasonForIncompletion, case and all.
-    ("FAILED", "Stripe error: card_declined (do_not_honor)", 1, CHARGE, False, "non-retryable error 'card_declined'"),
-    ("FAILED", "rpc error: INVALID_ARGUMENT amount", 1, CHARGE, False, "non-retryable error 'INVALID_ARGUMENT'"),
-    ("FAILED", "Stripe error: CARD_DECLINED", 1, CHARGE, True, ""),
-    ("FAILED", "rate limited", 1, CHARGE, True, ""),
-    ("TIMED_OUT", "card_declined", 1, CHARGE, False, "non-retryable error 'card_declined'"),
-    ("FAILED", "anything", 1, {"nonRetryableErrors": [""]}, True, ""),  # an empty needle matches nothing
-])
+
+@pytest.mark.parametrize(
+    ("status", "reason", "attempt", "fields", "retried", "why"),
+    [
+        ("FAILED", "boom", 1, {}, True, ""),
+        ("FAILED", "boom", 3, {"retryCount": 3}, True, ""),  # attempt 3 of 1 + 3
+        ("FAILED", "boom", 4, {"retryCount": 3}, False, "retries exhausted (3)"),
+        ("FAILED", "boom", 1, {"retryCount": 0}, False, "retries exhausted (0)"),
+        ("FAILED_WITH_TERMINAL_ERROR", "nope", 1, {}, False, "terminal error"),
+        ("CANCELED", "canceled", 1, {}, False, "canceled"),
+        ("TIMED_OUT", "slow", 1, {"timeoutPolicy": "RETRY"}, True, ""),
+        ("TIMED_OUT", "slow", 1, {"timeoutPolicy": "TIME_OUT_WF"}, False, "timed out (timeoutPolicy TIME_OUT_WF)"),
+        # nonRetryableErrors are substrings of reasonForIncompletion, case and all.
+        (
+            "FAILED",
+            "Stripe error: card_declined (do_not_honor)",
+            1,
+            CHARGE,
+            False,
+            "non-retryable error 'card_declined'",
+        ),
+        ("FAILED", "rpc error: INVALID_ARGUMENT amount", 1, CHARGE, False, "non-retryable error 'INVALID_ARGUMENT'"),
+        ("FAILED", "Stripe error: CARD_DECLINED", 1, CHARGE, True, ""),
+        ("FAILED", "rate limited", 1, CHARGE, True, ""),
+        ("TIMED_OUT", "card_declined", 1, CHARGE, False, "non-retryable error 'card_declined'"),
+        ("FAILED", "anything", 1, {"nonRetryableErrors": [""]}, True, ""),  # an empty needle matches nothing
+    ],
+)
 def test_it_says_what_is_retried(status, reason, attempt, fields, retried, why):
     verdict = should_retry(policy(**fields), status=status, reason=reason, attempt=attempt)
     assert (verdict.retry, verdict.reason) == (retried, why)
@@ -195,20 +249,24 @@ def test_it_says_what_is_retried(status, reason, attempt, fields, retried, why):
 
 # --- the retry budget ------------------------------------------------------------------
 
+
 def test_it_uses_a_300_second_window_and_20_executions():
     assert (BUDGET_WINDOW_S, BUDGET_MIN_EXECUTIONS) == (300.0, 20)
 
 
-@pytest.mark.parametrize(("budget", "executions", "retries", "allowed"), [
-    (0.3, 19, 19, True),    # fewer than 20 executions never trips it
-    (0.3, 20, 5, True),     # 0.25 < 0.3
-    (0.3, 20, 6, False),    # 0.30 ≥ 0.3
-    (0.3, 100, 29, True),
-    (0.3, 100, 30, False),
-    (1.0, 1000, 999, True),  # 1 disables it
-    (0.0, 20, 0, False),    # 0: no retries at all once there is traffic
-    (0.0, 19, 0, True),
-])
+@pytest.mark.parametrize(
+    ("budget", "executions", "retries", "allowed"),
+    [
+        (0.3, 19, 19, True),  # fewer than 20 executions never trips it
+        (0.3, 20, 5, True),  # 0.25 < 0.3
+        (0.3, 20, 6, False),  # 0.30 ≥ 0.3
+        (0.3, 100, 29, True),
+        (0.3, 100, 30, False),
+        (1.0, 1000, 999, True),  # 1 disables it
+        (0.0, 20, 0, False),  # 0: no retries at all once there is traffic
+        (0.0, 19, 0, True),
+    ],
+)
 def test_it_applies_the_budget(budget, executions, retries, allowed):
     assert budget_allows(policy(retryBudget=budget), executions, retries) is allowed
 
@@ -222,8 +280,11 @@ def test_it_refuses_a_retry_over_budget_with_a_reason_naming_the_budget():
 
 def test_it_checks_the_budget_only_for_failures_that_would_otherwise_be_retried():
     spent = (100, 100)
-    for status, reason, attempt in [("FAILED_WITH_TERMINAL_ERROR", "x", 1), ("FAILED", "card_declined", 1),
-                                    ("FAILED", "x", 6)]:
+    for status, reason, attempt in [
+        ("FAILED_WITH_TERMINAL_ERROR", "x", 1),
+        ("FAILED", "card_declined", 1),
+        ("FAILED", "x", 6),
+    ]:
         assert not should_retry(CHARGE, status=status, reason=reason, attempt=attempt, budget=spent).budget_refused
 
 

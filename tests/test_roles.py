@@ -1,4 +1,5 @@
 """The roles: the stop path, --once, and long-poll wake-ups."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ from django.db import connection
 
 from executions import dispatch
 from executions.models import DecideRequest, Execution
-from nodeflow.keys import ensure_namespace
 from executions.roles.loop import stop_on_signals
+from nodeflow.keys import ensure_namespace
 from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
 
 
@@ -26,8 +27,14 @@ def _env() -> dict:
 @pytest.mark.parametrize("command", [["nodeflow_decider"], ["nodeflow_sweeper"], ["nodeflow_run", "--addr", "PORT"]])
 def test_it_stops_promptly_on_sigterm(command):
     command = [f"127.0.0.1:{free_port()}" if part == "PORT" else part for part in command]
-    process = subprocess.Popen([PYTHON, "manage.py", *command], cwd=ROOT, env=_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [PYTHON, "manage.py", *command],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     started = ""
     for line in process.stdout:  # wait for the role to say it runs
         started += line

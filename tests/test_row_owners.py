@@ -9,6 +9,7 @@ bites. The second reads the source of every product module and finds the
 ORM writes and SQL statements aimed at those tables outside their owners,
 for the paths no test walks.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,11 +24,16 @@ from tests import row_owners
 ROOT = row_owners.ROOT
 # tools/ is not the product, but it writes through the same owners (as the guard holds it to).
 APPS = ("executions", "quotas", "metadata", "nodeflow", "console", "tools")
-MODELS = {"Task": "executions/attempts.py", "Execution": "executions/runs.py", "Timer": "executions/runs.py",
-          "DecideRequest": "executions/runs.py"}
+MODELS = {
+    "Task": "executions/attempts.py",
+    "Execution": "executions/runs.py",
+    "Timer": "executions/runs.py",
+    "DecideRequest": "executions/runs.py",
+}
 WRITES = {"update", "delete", "create", "bulk_create", "get_or_create", "update_or_create", "save"}
-SQL_WRITE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(" + "|".join(row_owners.OWNERS) + r")\b",
-                       re.IGNORECASE)
+SQL_WRITE = re.compile(
+    r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(" + "|".join(row_owners.OWNERS) + r")\b", re.IGNORECASE
+)
 
 
 def _product_modules() -> list[pathlib.Path]:
@@ -50,10 +56,18 @@ def _writes_in(path: pathlib.Path) -> list[tuple[str, int]]:
             name = _root_name(node.func.value)
             if name in MODELS:
                 found.append((name, node.lineno))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "insert"):
-            if _root_name(node.func.value) == "sql" and node.args and isinstance(node.args[0], ast.Name):
-                if node.args[0].id in MODELS:
-                    found.append((node.args[0].id, node.lineno))
+        if (
+            (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "insert")
+            )
+            and _root_name(node.func.value) == "sql"
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in MODELS
+        ):
+            found.append((node.args[0].id, node.lineno))
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             for table in SQL_WRITE.findall(node.value):
                 found.append((table.lower(), node.lineno))
@@ -82,7 +96,7 @@ def test_the_guard_refuses_a_write_issued_from_another_module():
     source = "def write(cursor):\n    cursor.execute('UPDATE executions_task SET held = held WHERE 1 = 0')\n"
     scope: dict = {}
     exec(compile(source, str(ROOT / "executions" / "dispatch.py"), "exec"), scope)
-    with connection.cursor() as cursor, pytest.raises(row_owners.NotTheOwner, match="executions/dispatch.py"):
+    with connection.cursor() as cursor, pytest.raises(row_owners.NotTheOwner, match=r"executions/dispatch\.py"):
         scope["write"](cursor)
 
 

@@ -1,6 +1,7 @@
 """Schedules (SPEC §8): CRUD, cron in a time zone, pause/resume, and the
 scheduler role firing each due schedule once, as a start subject to every
 control; a refused firing is recorded on the schedule."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -28,9 +29,17 @@ def test_it_creates_and_shows_a_schedule(api, report, frozen_clock):
     assert response.status_code == 201
     body = response.json()
     assert body == {
-        **NIGHTLY, "timezone": "UTC", "version": None, "paused": False, "nextFireAt": at(frozen_clock, 300),
-        "lastFiredAt": None, "lastExecutionId": None, "lastError": None, "lastRefusal": None,
-        "createdAt": at(frozen_clock), "updatedAt": at(frozen_clock),
+        **NIGHTLY,
+        "timezone": "UTC",
+        "version": None,
+        "paused": False,
+        "nextFireAt": at(frozen_clock, 300),
+        "lastFiredAt": None,
+        "lastExecutionId": None,
+        "lastError": None,
+        "lastRefusal": None,
+        "createdAt": at(frozen_clock),
+        "updatedAt": at(frozen_clock),
     }
     assert api.get("schedules/nightly").json() == body
     assert api.get("schedules").json() == [body]
@@ -52,11 +61,20 @@ def test_it_deletes_a_schedule(api, report):
     assert api.delete("schedules/nightly").status_code == 404
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"cron": "every five minutes"}, "cron"), ({"cron": 5}, "cron"), ({"timezone": "Mars/Olympus"}, "timezone"),
-    ({"workflowName": "missing"}, "workflowName"), ({"version": 0}, "version"), ({"input": [1]}, "input"),
-    ({"paused": "yes"}, "paused"), ({"every": "5m"}, "every"), ({"name": "bad name"}, "name"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"cron": "every five minutes"}, "cron"),
+        ({"cron": 5}, "cron"),
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"workflowName": "missing"}, "workflowName"),
+        ({"version": 0}, "version"),
+        ({"input": [1]}, "input"),
+        ({"paused": "yes"}, "paused"),
+        ({"every": "5m"}, "every"),
+        ({"name": "bad name"}, "name"),
+    ],
+)
 def test_it_refuses_bad_schedules(api, report, change, field):
     response = api.post("schedules", {**NIGHTLY, **change})
     assert response.status_code == 400, response.json()
@@ -99,7 +117,11 @@ def test_a_refused_firing_is_recorded_and_skipped(api, frozen_clock):
     assert "maxConcurrentExecutions" in body["lastError"]
     refusal = body["lastRefusal"]
     assert (refusal["error"], refusal["control"], refusal["limit"], refusal["current"]) == (
-        "LIMIT_EXCEEDED", "maxConcurrentExecutions", 1, 1)
+        "LIMIT_EXCEEDED",
+        "maxConcurrentExecutions",
+        1,
+        1,
+    )
     assert (refusal["at"], refusal["scheduledFor"]) == (at(frozen_clock, 300), at(frozen_clock, 300))
     assert body["nextFireAt"] == at(frozen_clock, 600)
     assert Execution.objects.count() == 1

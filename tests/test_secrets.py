@@ -1,5 +1,6 @@
 """Secrets per namespace (issue 15.4): set, list and delete by an admin key,
 never shown back, and usable only by the namespace's own tasks."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,8 +40,9 @@ def test_a_namespace_sees_only_its_own_secrets(api_for):
     assert Secret.objects.filter(name="shared-name").count() == 1
 
 
-@pytest.mark.parametrize("body, field", [({}, "value"), ({"value": ""}, "value"), ({"value": 7}, "value"),
-                                         ({"value": "x" * 4097}, "value")])
+@pytest.mark.parametrize(
+    "body, field", [({}, "value"), ({"value": ""}, "value"), ({"value": 7}, "value"), ({"value": "x" * 4097}, "value")]
+)
 def test_a_bad_value_is_a_400_naming_the_field(api, body, field):
     response = api.put("secrets/partner", body)
     assert response.status_code == 400 and response.json()["field"] == field

@@ -1,9 +1,11 @@
 """Seed 000's two example "charge" definitions, posted as the seed's curls
 post them, behave as the seed describes — end to end through the API, with
 the sweeper run by hand and the clock moved instead of slept through."""
+
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 
@@ -53,8 +55,12 @@ def post_definition(api, body: dict) -> dict:
 
 
 def checkout(api, **entry) -> None:
-    register(api, "checkout", simple("charge", inputParameters={"amount": "${workflow.input.amount}"}, **entry),
-             simple("ship"))
+    register(
+        api,
+        "checkout",
+        simple("charge", inputParameters={"amount": "${workflow.input.amount}"}, **entry),
+        simple("ship"),
+    )
 
 
 def fail_when_due(api, execution_id: str, reason: str = "503 upstream") -> dict:
@@ -67,6 +73,7 @@ def fail_when_due(api, execution_id: str, reason: str = "503 upstream") -> dict:
 
 
 # --- the retry curl --------------------------------------------------------------
+
 
 @pytest.fixture
 def retrying(api, frozen_clock) -> dict:
@@ -83,8 +90,8 @@ def test_it_retries_five_times_with_exponential_backoff_and_jitter(api, retrying
     attempts = tasks_at(view, "charge")
     assert [t["attempt"] for t in attempts] == [1, 2, 3, 4, 5, 6]
     assert len({t["idempotencyKey"] for t in attempts}) == 1
-    delays = [seconds_between(a["endedAt"], b["availableAt"]) for a, b in zip(attempts, attempts[1:])]
-    for delay, base in zip(delays, [2, 4, 8, 16, 32]):
+    delays = [seconds_between(a["endedAt"], b["availableAt"]) for a, b in itertools.pairwise(attempts)]
+    for delay, base in zip(delays, [2, 4, 8, 16, 32], strict=False):
         assert base * 0.8 <= delay <= base * 1.2, delays
     assert view["status"] == "FAILED"  # the sixth failure leaves no retry
     assert view["failedTaskNames"] == ["charge"]
@@ -97,15 +104,15 @@ def test_it_caps_the_backoff_at_300_seconds(api, frozen_clock):
     for _ in range(10):
         fail_when_due(api, started["id"])
     attempts = tasks_at(execution(api, started["id"]), "charge")
-    delays = [seconds_between(a["endedAt"], b["availableAt"]) for a, b in zip(attempts, attempts[1:])]
+    delays = [seconds_between(a["endedAt"], b["availableAt"]) for a, b in itertools.pairwise(attempts)]
     assert all(delay <= 300 for delay in delays), delays
     assert all(240 <= delay <= 300 for delay in delays[8:]), delays  # 512 and 1024 capped, ±20 %, capped
 
 
-@pytest.mark.parametrize("reason", [
-    "Stripe error: card_declined (do_not_honor)",
-    "rpc error: code = INVALID_ARGUMENT desc = amount must be positive",
-])
+@pytest.mark.parametrize(
+    "reason",
+    ["Stripe error: card_declined (do_not_honor)", "rpc error: code = INVALID_ARGUMENT desc = amount must be positive"],
+)
 def test_it_does_not_retry_a_non_retryable_error(api, retrying, reason):
     fail(api, poll_one(api, "charge"), reason)
     view = execution(api, retrying["id"])
@@ -145,6 +152,7 @@ def test_it_stops_retrying_once_30_percent_of_recent_attempts_are_retries(api, r
 
 
 # --- the timeout curl --------------------------------------------------------------
+
 
 @pytest.fixture
 def timing(api, frozen_clock) -> dict:

@@ -1,6 +1,7 @@
 """Seed 000's "Concurrency", "Rate limits", "Namespace quotas" and
 "Diagnosing" sections: each example posted as the seed posts it, answering
 in the seed's shape."""
+
 from __future__ import annotations
 
 from nodeflow import clock
@@ -22,10 +23,18 @@ def test_concurrent_exec_limit_charge(api):
 
 
 def test_max_concurrent_tasks_fan_out(api):
-    register(api, "fan_out", {
-        "name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN",
-        "forkTasks": [[simple(f"b{i}", "leaf")] for i in range(8)],
-    }, {"name": "join", "taskReferenceName": "join", "type": "JOIN"}, maxConcurrentTasks=2)
+    register(
+        api,
+        "fan_out",
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple(f"b{i}", "leaf")] for i in range(8)],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
+        maxConcurrentTasks=2,
+    )
     started = start(api, "fan_out")
     assert len([t for t in started["tasks"] if t["type"] == "SIMPLE"]) == 2
 
@@ -35,7 +44,11 @@ def test_max_concurrent_executions_nightly_reconcile(api):
     start(api, "nightly_reconcile")
     body = api.post("executions", {"name": "nightly_reconcile"}).json()
     assert (body["error"], body["control"], body["limit"], body["current"]) == (
-        "LIMIT_EXCEEDED", "maxConcurrentExecutions", 1, 1)
+        "LIMIT_EXCEEDED",
+        "maxConcurrentExecutions",
+        1,
+        1,
+    )
 
 
 def test_named_semaphores_legacy_erp(api):
@@ -65,8 +78,12 @@ def test_task_rate_limit_partner_api(api, frozen_clock):
 
 
 def test_workflow_rate_limit_tenant_sync(api):
-    register(api, "tenant_sync", simple("sync", "sync"),
-             rateLimitConfig={"rateLimitKey": "${workflow.input.tenantId}", "concurrentExecLimit": 1})
+    register(
+        api,
+        "tenant_sync",
+        simple("sync", "sync"),
+        rateLimitConfig={"rateLimitKey": "${workflow.input.tenantId}", "concurrentExecLimit": 1},
+    )
     acme = [start(api, "tenant_sync", {"tenantId": "acme"})["id"] for _ in range(3)]
     globex = start(api, "tenant_sync", {"tenantId": "globex"})
     assert [execution(api, pk)["awaitingAdmission"] for pk in acme] == [False, True, True]
@@ -85,8 +102,12 @@ def test_namespace_quotas(api):
   }"""
     response = api.call("PUT", "quotas", raw=raw)
     assert response.status_code == 200
-    assert response.json() == {"maxConcurrentExecutions": 5000, "maxExecutionsPerMinute": 2000,
-                               "maxWorkflowDefinitions": 500, "maxSchedules": 100}
+    assert response.json() == {
+        "maxConcurrentExecutions": 5000,
+        "maxExecutionsPerMinute": 2000,
+        "maxWorkflowDefinitions": 500,
+        "maxSchedules": 100,
+    }
     api.put("quotas", {"maxConcurrentExecutions": 0})
     register(api, "wf", simple("t", "t"))
     refused = api.post("executions", {"name": "wf"})

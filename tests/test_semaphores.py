@@ -1,6 +1,7 @@
 """Named semaphores (SPEC §8): the API, all-or-nothing acquisition at
 dequeue, permits shared by task types, permits as leases, sweeping and the
 admin's release."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,7 @@ from django.contrib.auth.models import User
 from nodeflow import clock
 from quotas import semaphores
 from quotas.models import SemaphoreHolder
-from tests.controls_helpers import fill, leased_ids
+from tests.controls_helpers import fill
 from tests.engine_helpers import complete, execution, poll, task_at
 
 
@@ -31,7 +32,11 @@ def test_one_semaphore_shows_its_holders(api):
     assert (body["name"], body["permits"], body["held"]) == ("legacy_erp", 2, 1)
     (holder,) = body["holders"]
     assert (holder["taskId"], holder["executionId"], holder["taskType"], holder["workerId"]) == (
-        leased["taskId"], leased["executionId"], "export_report", "w7")
+        leased["taskId"],
+        leased["executionId"],
+        "export_report",
+        "w7",
+    )
     assert holder["leaseExpiresAt"] == leased["leaseExpiresAt"]
 
 
@@ -55,10 +60,16 @@ def test_a_task_takes_every_semaphore_it_names_or_none(api):
     held_a = poll(api, "only_a", count=10)
     assert len(held_a) == 2
     assert poll(api, "both", count=10) == []  # b has room but a has none: it takes neither
-    assert api.get("semaphores").json() == [{"name": "a", "permits": 2, "held": 2}, {"name": "b", "permits": 5, "held": 0}]
+    assert api.get("semaphores").json() == [
+        {"name": "a", "permits": 2, "held": 2},
+        {"name": "b", "permits": 5, "held": 0},
+    ]
     complete(api, held_a[0])
     (leased,) = poll(api, "both", count=10)
-    assert api.get("semaphores").json() == [{"name": "a", "permits": 2, "held": 2}, {"name": "b", "permits": 5, "held": 1}]
+    assert api.get("semaphores").json() == [
+        {"name": "a", "permits": 2, "held": 2},
+        {"name": "b", "permits": 5, "held": 1},
+    ]
     assert {h.semaphore.name for h in SemaphoreHolder.objects.filter(task_id=leased["taskId"])} == {"a", "b"}
 
 
@@ -158,10 +169,17 @@ def test_release_holder_is_safe_to_run_twice(api):
     assert semaphores.release_holder(holder_id=pk) is False
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({}, "permits"), ({"permits": -1}, "permits"), ({"permits": "4"}, "permits"), ({"permits": 1.5}, "permits"),
-    ({"permits": 2, "limit": 3}, "limit"), ([1], None),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "permits"),
+        ({"permits": -1}, "permits"),
+        ({"permits": "4"}, "permits"),
+        ({"permits": 1.5}, "permits"),
+        ({"permits": 2, "limit": 3}, "limit"),
+        ([1], None),
+    ],
+)
 def test_it_refuses_bad_semaphore_bodies(api, body, field):
     response = api.put("semaphores/erp", body)
     assert response.status_code == 400

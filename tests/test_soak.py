@@ -1,6 +1,7 @@
 """``manage.py nodeflow_soak``: a short run keeps the command working (the
 ten-minute figures are in docs/reliability.md). PostgreSQL only: it starts
 the real server, roles and workers on a database of its own."""
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,34 @@ def test_it_reports_drift_memory_and_tables_with_a_purge_running(tmp_path):
     name = f"nodeflow_soak_test_{os.getpid()}"
     out = tmp_path / "soak.json"
     done = subprocess.run(
-        [PYTHON, "manage.py", "nodeflow_soak", "--minutes", "0.1", "--rate", "5", "--workers", "1",
-         "--warmup-seconds", "2", "--report-every-seconds", "2", "--retention-seconds", "1",
-         "--purge-every-seconds", "1", "--database-name", name, "--json", str(out)],
-        cwd=ROOT, env={**os.environ, "DATABASE_URL": live_database_url()}, capture_output=True, text=True, timeout=180,
+        [
+            PYTHON,
+            "manage.py",
+            "nodeflow_soak",
+            "--minutes",
+            "0.1",
+            "--rate",
+            "5",
+            "--workers",
+            "1",
+            "--warmup-seconds",
+            "2",
+            "--report-every-seconds",
+            "2",
+            "--retention-seconds",
+            "1",
+            "--purge-every-seconds",
+            "1",
+            "--database-name",
+            name,
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": live_database_url()},
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(out.read_text())

@@ -1,5 +1,6 @@
 """A persistent connection the server closed (a restart, a terminated
 backend) is dropped before it is used: the request after it succeeds."""
+
 from __future__ import annotations
 
 import time

@@ -1,6 +1,7 @@
 """GRPC against a real grpcio server on loopback with server reflection. Its
 service is built at runtime from descriptors, so the client side can only
 know the message types through reflection."""
+
 from __future__ import annotations
 
 import threading
@@ -29,7 +30,9 @@ def echo_pool() -> descriptor_pool.DescriptorPool:
         added = proto.message_type.add(name=message)
         for number, field in enumerate(fields, start=1):
             added.field.add(name=field, number=number, type=STRING, label=OPTIONAL)
-    proto.service.add(name="Echo").method.add(name="Say", input_type=".nftest.EchoRequest", output_type=".nftest.EchoReply")
+    proto.service.add(name="Echo").method.add(
+        name="Say", input_type=".nftest.EchoRequest", output_type=".nftest.EchoReply"
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return pool
@@ -44,7 +47,9 @@ class EchoServer:
         self.calls = 0
         self.server = grpc.server(futures.ThreadPoolExecutor(4))
         handler = grpc.unary_unary_rpc_method_handler(
-            self.say, request_deserializer=self.request_cls.FromString, response_serializer=self.reply_cls.SerializeToString
+            self.say,
+            request_deserializer=self.request_cls.FromString,
+            response_serializer=self.reply_cls.SerializeToString,
         )
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Say": handler}),))
         reflection.enable_server_reflection([SERVICE, reflection.SERVICE_NAME], self.server, pool=pool)
@@ -139,4 +144,3 @@ def test_it_refuses_the_unspecified_address(api, echo):
     task = task_at(run_one(api, grpc_task(f"0.0.0.0:{port}", {"text": "x"})), "rpc")
     assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
     assert "unspecified address" in task["reasonForIncompletion"]
-

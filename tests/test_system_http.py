@@ -1,6 +1,7 @@
 """HTTP, HTTP_POLL and WEBHOOK against a real HTTP server on loopback:
 output shape, failure classification (SPEC §5), Retry-After, signing,
 polling, and the outbound deny-list."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -34,9 +35,9 @@ def parse(value: str) -> dt.datetime:
 
 # --- output shape -----------------------------------------------------------
 
+
 def test_it_completes_with_the_response(api, http_server):
-    task = http_task("call", http_server.url("/ok?x=1"), method="POST", headers={"X-Trace": "abc"},
-                     body={"order": 42})
+    task = http_task("call", http_server.url("/ok?x=1"), method="POST", headers={"X-Trace": "abc"}, body={"order": 42})
     view = run_one(api, task)
     assert view["status"] == "COMPLETED"
     response = task_at(view, "call")["outputData"]["response"]
@@ -56,6 +57,7 @@ def test_it_sends_a_string_body_as_text(api, http_server):
 
 
 # --- classification ---------------------------------------------------------
+
 
 def test_it_fails_terminally_on_a_404(api, http_server):
     view = run_one(api, http_task("call", http_server.url("/status/404")))
@@ -106,6 +108,7 @@ def test_it_fails_terminally_on_bad_input(api):
 
 # --- Retry-After --------------------------------------------------------------
 
+
 def test_it_waits_at_least_retry_after_seconds(api, http_server, frozen_clock):
     task_def(api, "call", retryDelaySeconds=1, jitter=0)
     view = run_one(api, http_task("call", http_server.url("/status/429?retry_after=7")))
@@ -139,10 +142,12 @@ def test_it_runs_the_retry_when_its_delay_has_passed(api, http_server, frozen_cl
 
 # --- WEBHOOK ----------------------------------------------------------------------
 
+
 def test_it_signs_a_webhook_the_receiver_can_verify(api, http_server):
     assert api.put("secrets/partner", {"value": "s3cret"}).status_code == 201
-    task = system_task("hook", "WEBHOOK", url=http_server.url("/ok"), payload={"event": "paid", "amount": 5},
-                       secretName="partner")
+    task = system_task(
+        "hook", "WEBHOOK", url=http_server.url("/ok"), payload={"event": "paid", "amount": 5}, secretName="partner"
+    )
     view = run_one(api, task)
     done = task_at(view, "hook")
     assert done["status"] == "COMPLETED" and done["outputData"]["response"]["statusCode"] == 200
@@ -158,8 +163,9 @@ def test_it_reads_a_webhook_secret_from_the_environment(api, http_server, monkey
     monkeypatch.setenv("NODE_FLOW_SECRET_DEFAULT__BILLING_HOOK", "from-env")
     view = run_one(api, system_task("hook", "WEBHOOK", url=http_server.url("/ok"), secretName="billing-hook"))
     seen = http_server.requests[0]
-    expected = hmac.new(b"from-env", seen.headers["x-nodeflow-timestamp"].encode() + b"." + seen.body,
-                        hashlib.sha256).hexdigest()
+    expected = hmac.new(
+        b"from-env", seen.headers["x-nodeflow-timestamp"].encode() + b"." + seen.body, hashlib.sha256
+    ).hexdigest()
     assert task_at(view, "hook")["status"] == "COMPLETED"
     assert seen.headers["x-nodeflow-signature"] == f"sha256={expected}"
 
@@ -173,8 +179,9 @@ def test_it_fails_a_webhook_without_its_secret_terminally(api, http_server):
 
 
 @pytest.mark.parametrize("configured", ["setting", "environment", "api"])
-def test_a_webhook_signs_only_with_its_own_namespaces_secret(api, api_for, http_server, monkeypatch, settings,
-                                                            configured):
+def test_a_webhook_signs_only_with_its_own_namespaces_secret(
+    api, api_for, http_server, monkeypatch, settings, configured
+):
     # Tenant B's secret "b-key" exists; a developer of namespace default
     # names it: no body of its choosing is ever signed with it.
     if configured == "setting":
@@ -199,10 +206,16 @@ def test_unscoped_operator_secrets_sign_nothing(api, http_server, settings):
 
 # --- HTTP_POLL ----------------------------------------------------------------------
 
+
 def test_it_polls_until_the_condition_holds(api, http_server, frozen_clock):
     http_server.sequence = [(200, {"state": "RUNNING"}), (200, {"state": "RUNNING"}), (200, {"state": "DONE"})]
-    task = system_task("poll", "HTTP_POLL", http_request={"uri": http_server.url("/sequence")}, pollingInterval=5,
-                       terminationCondition="$.response.body.state == 'DONE'")
+    task = system_task(
+        "poll",
+        "HTTP_POLL",
+        http_request={"uri": http_server.url("/sequence")},
+        pollingInterval=5,
+        terminationCondition="$.response.body.state == 'DONE'",
+    )
     view = run_one(api, task)
     waiting = task_at(view, "poll")
     assert waiting["status"] == "SCHEDULED" and waiting["attempt"] == 1
@@ -221,14 +234,20 @@ def test_it_polls_until_the_condition_holds(api, http_server, frozen_clock):
 
 
 def test_it_fails_a_poll_whose_condition_throws_terminally(api, http_server):
-    task = system_task("poll", "HTTP_POLL", http_request={"uri": http_server.url("/ok")}, pollingInterval=1,
-                       terminationCondition="$.response.nothing.here")
+    task = system_task(
+        "poll",
+        "HTTP_POLL",
+        http_request={"uri": http_server.url("/ok")},
+        pollingInterval=1,
+        terminationCondition="$.response.nothing.here",
+    )
     task = task_at(run_one(api, task), "poll")
     assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"
     assert task["reasonForIncompletion"].startswith("terminationCondition failed")
 
 
 # --- outbound policy -------------------------------------------------------------------
+
 
 def test_it_refuses_the_cloud_metadata_address_by_default(api):
     view = run_one(api, http_task("call", "http://169.254.169.254/latest/meta-data/"))
@@ -268,6 +287,7 @@ def test_it_calls_hosts_on_the_allow_list(api, http_server):
 
 # --- outbound: addresses that cannot be steered (issue 15.3) ---------------------------
 
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "0", "[::]"])
 def test_it_refuses_the_unspecified_address_which_reaches_this_host(api, http_server, host):
     # Loopback is allowed in the tests (conftest): 0.0.0.0 must still be refused.
@@ -278,8 +298,16 @@ def test_it_refuses_the_unspecified_address_which_reaches_this_host(api, http_se
     assert http_server.requests == []
 
 
-@pytest.mark.parametrize("uri", ["http://127.0.0.1:{port}/ok", "http://localhost:{port}/ok", "http://10.1.2.3:{port}/ok",
-                                 "http://[::ffff:127.0.0.1]:{port}/ok", "http://192.168.0.1:{port}/ok"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:{port}/ok",
+        "http://localhost:{port}/ok",
+        "http://10.1.2.3:{port}/ok",
+        "http://[::ffff:127.0.0.1]:{port}/ok",
+        "http://192.168.0.1:{port}/ok",
+    ],
+)
 def test_private_and_loopback_addresses_are_refused_unless_allowed(api, http_server, settings, uri):
     settings.NODE_FLOW_OUTBOUND_ALLOW_PRIVATE = []  # the default: only public addresses
     port = http_server.base.rsplit(":", 1)[1]

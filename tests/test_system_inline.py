@@ -1,5 +1,6 @@
 """INLINE (JavaScript in the V8 sandbox, with time and memory limits) and
 JSON_JQ_TRANSFORM."""
+
 from __future__ import annotations
 
 import time
@@ -103,16 +104,24 @@ def test_it_still_runs_scripts_after_one_ran_out_of_memory(api):
 
 # --- JSON_JQ_TRANSFORM -----------------------------------------------------------
 
+
 def jq_task(query: str, **values) -> dict:
     return system_task("t", "JSON_JQ_TRANSFORM", queryExpression=query, **values)
 
 
 def test_it_transforms_with_jq(api):
-    view = run_one(api, jq_task("{total: (.items | map(.price) | add), first: .items[0].sku}",
-                                items=[{"sku": "a", "price": 2}, {"sku": "b", "price": 3}]))
+    view = run_one(
+        api,
+        jq_task(
+            "{total: (.items | map(.price) | add), first: .items[0].sku}",
+            items=[{"sku": "a", "price": 2}, {"sku": "b", "price": 3}],
+        ),
+    )
     assert view["status"] == "COMPLETED"
-    assert task_at(view, "t")["outputData"] == {"result": {"total": 5, "first": "a"},
-                                                "resultList": [{"total": 5, "first": "a"}]}
+    assert task_at(view, "t")["outputData"] == {
+        "result": {"total": 5, "first": "a"},
+        "resultList": [{"total": 5, "first": "a"}],
+    }
 
 
 def test_it_lists_every_value_jq_produces(api):
@@ -120,7 +129,7 @@ def test_it_lists_every_value_jq_produces(api):
     assert task_at(view, "t")["outputData"] == {"result": 10, "resultList": [10, 20, 30]}
 
 
-@pytest.mark.parametrize("query", ["{broken", ".a | error(\"no good\")"])
+@pytest.mark.parametrize("query", ["{broken", '.a | error("no good")'])
 def test_it_fails_a_bad_jq_program_terminally(api, query):
     task = task_at(run_one(api, jq_task(query, a=1)), "t")
     assert task["status"] == "FAILED_WITH_TERMINAL_ERROR"

@@ -9,6 +9,7 @@ queue depth counts system tasks.
 
 Rate windows are crossed by moving ``nodeflow.clock``, never by sleeping.
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,10 +28,10 @@ from executions.models import Execution, Task, TaskStatus
 from executions.roles.systemtasks import SystemTaskRole
 from executions.system_tasks import celery_handoff, runner
 from nodeflow import clock
+from tests import test_celery_systemtasks as celery_tests
 from tests.engine_helpers import complete, execution, poll, register, simple, start, sweep, task_at, task_def
 from tests.procs.stack import Stack, live_database_url
 from tests.system_helpers import http_task, run_system_tasks, serving
-from tests import test_celery_systemtasks as celery_tests
 
 WAIT_S = 20.0
 # The Celery tests' fixtures (a queue of its own on the test broker, a real worker).
@@ -61,6 +62,7 @@ def _reset_celery_pools() -> None:
 
 
 # --- a loopback server that counts calls in progress -----------------------------
+
 
 @dataclass
 class Gauge:
@@ -106,7 +108,7 @@ def _handler(gauge: Gauge) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             path = self.path.split("?")[0]
             gauge.enter(path)
             try:
@@ -136,6 +138,7 @@ def gauge() -> Iterator[Gauge]:
 
 
 # --- helpers --------------------------------------------------------------------
+
 
 def http_flow(api, definition: str, url: str, *, workflow: str | None = None) -> str:
     """A one-task workflow: an HTTP task whose ``name`` is ``definition``."""
@@ -186,17 +189,26 @@ def blocked(api, execution_id: str) -> dict | None:
 
 
 def scheduled(ids: list[str]) -> list[str]:
-    return [str(pk) for pk in Task.objects.filter(execution_id__in=ids, status=TaskStatus.SCHEDULED)
-            .order_by("scheduled_at").values_list("execution_id", flat=True)]
+    return [
+        str(pk)
+        for pk in Task.objects.filter(execution_id__in=ids, status=TaskStatus.SCHEDULED)
+        .order_by("scheduled_at")
+        .values_list("execution_id", flat=True)
+    ]
 
 
 def refusals(api, control: str) -> float:
     text = api.client.get("/metrics").content.decode()
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == "nodeflow_limit_refusals_total" and sample.labels.get("control") == control)
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "nodeflow_limit_refusals_total" and sample.labels.get("control") == control
+    )
 
 
 # --- the issue, reproduced --------------------------------------------------------
+
 
 @pytest.mark.django_db(transaction=True)
 def test_each_control_holds_for_http_tasks_in_the_role(api, gauge, frozen_clock, settings):
@@ -211,8 +223,10 @@ def test_each_control_holds_for_http_tasks_in_the_role(api, gauge, frozen_clock,
     task_def(api, "capped_call", concurrentExecLimit=1)
     task_def(api, "metered_call", rateLimitPerFrequency=1, rateLimitFrequencySeconds=30)
     gauge.holding = True
-    ids = {name: start_many(api, http_flow(api, name, gauge.url(f"/{name}")), 3)
-           for name in ("legacy_call", "capped_call", "metered_call")}
+    ids = {
+        name: start_many(api, http_flow(api, name, gauge.url(f"/{name}")), 3)
+        for name in ("legacy_call", "capped_call", "metered_call")
+    }
     with role_running(threads=8):
         wait_for(lambda: len(gauge.arrived) >= 3, "one call of each definition")
         time.sleep(0.3)  # the role ticks again meanwhile: nothing more may get through
@@ -222,10 +236,15 @@ def test_each_control_holds_for_http_tasks_in_the_role(api, gauge, frozen_clock,
         assert api.get("semaphores").json() == [{"name": "legacy", "permits": 1, "held": 1}]
         waiting = {name: scheduled(pks) for name, pks in ids.items()}
         reasons = {name: [blocked(api, pk) for pk in pks] for name, pks in waiting.items()}
-        assert {(r["control"], r["limit"], r["current"]) for r in reasons["legacy_call"]} == {("semaphore:legacy", 1, 1)}
-        assert {(r["control"], r["limit"], r["current"]) for r in reasons["capped_call"]} == {("concurrentExecLimit", 1, 1)}
+        assert {(r["control"], r["limit"], r["current"]) for r in reasons["legacy_call"]} == {
+            ("semaphore:legacy", 1, 1)
+        }
+        assert {(r["control"], r["limit"], r["current"]) for r in reasons["capped_call"]} == {
+            ("concurrentExecLimit", 1, 1)
+        }
         assert {(r["control"], r["limit"], r["current"], r["until"]) for r in reasons["metered_call"]} == {
-            ("rateLimit", 1, 1, "2026-06-01T12:00:30Z")}
+            ("rateLimit", 1, 1, "2026-06-01T12:00:30Z")
+        }
 
         gauge.let_go(1000)  # every call answers from now on, as it arrives
         gauge.holding = False
@@ -288,6 +307,7 @@ def test_the_rate_window_holds_for_http_tasks(api, gauge, frozen_clock):
 
 # --- one definition, both kinds -----------------------------------------------------
 
+
 @pytest.mark.django_db(transaction=True)  # the freed notice is sent when the result commits
 def test_a_simple_and_an_http_task_naming_one_definition_share_its_cap(api, gauge):
     task_def(api, "shared", concurrentExecLimit=1)
@@ -310,6 +330,7 @@ def test_a_simple_and_an_http_task_naming_one_definition_share_its_cap(api, gaug
 
 
 # --- a freed permit wakes the waiting system task at once ---------------------------------
+
 
 @pytest.fixture
 def no_timed_rechecks(monkeypatch):
@@ -336,7 +357,9 @@ def test_a_freed_permit_wakes_the_waiting_system_task_at_once(api, gauge, no_tim
         definition = "legacy_slow" if freed_by == "a timeout" else "legacy_call"
         holder = start(api, http_flow(api, definition, gauge.url("/legacy"), workflow="holder"))["id"]
         # The holder's call goes first: it is leased before the role starts.
-        (first,) = dispatch.lease_system_tasks(worker_id="test-runner", task_id=Task.objects.get(execution_id=holder).id)
+        (first,) = dispatch.lease_system_tasks(
+            worker_id="test-runner", task_id=Task.objects.get(execution_id=holder).id
+        )
         holding_call = threading.Thread(target=run_then_close, args=(first,), daemon=True)
         holding_call.start()
         wait_for(lambda: gauge.hits("/legacy") == 1, "the holder's call")
@@ -383,6 +406,7 @@ def test_a_freed_slot_wakes_the_waiting_system_task_at_once(api, gauge, no_timed
 
 # --- Celery's run_task goes through the gate too --------------------------------------------
 
+
 @pytest.mark.django_db
 def test_run_task_leases_only_what_the_gate_allows(api, gauge):
     api.put("semaphores/legacy", {"permits": 1})
@@ -417,6 +441,7 @@ def test_run_task_held_by_a_rate_window_is_sent_again_for_the_next_window(api, g
 
 # --- why a system task is not running ------------------------------------------------------
 
+
 @pytest.mark.django_db
 def test_a_ready_system_task_with_no_runner_says_no_pollers(api, gauge):
     (run,) = start_many(api, http_flow(api, "call", gauge.url("/ok")), 1)
@@ -445,6 +470,7 @@ def test_a_system_task_waiting_for_a_runner_thread_says_runner_capacity(api, gau
 
 # --- queue depth counts system tasks ---------------------------------------------------
 
+
 @pytest.mark.django_db
 def test_queue_depth_and_in_flight_count_system_tasks(api, gauge):
     task_def(api, "call")
@@ -459,6 +485,7 @@ def test_queue_depth_and_in_flight_count_system_tasks(api, gauge):
 
 
 # --- several runner processes (PostgreSQL) ---------------------------------------------------
+
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
@@ -492,6 +519,7 @@ def test_several_runner_processes_never_exceed_a_control(api, gauge):
 
 
 # --- Celery ----------------------------------------------------------------------------
+
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow

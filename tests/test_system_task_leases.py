@@ -8,6 +8,7 @@ the lease, and a report after the lease was lost is refused (409).
 No test sleeps: the clock is frozen and moved, and the keeper's turn
 (``renew_due``, what its thread repeats) is taken by the hook itself.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -109,14 +110,17 @@ def test_a_runner_that_stops_renewing_leaves_the_task_to_another_after_the_short
     assert the_task(started["id"]).deliveries == 2
 
 
-@pytest.mark.parametrize(("lease", "call", "start_to_close", "limit"), [
-    (3, 120, 3600, 120),    # the defaults: a long lease is not needed for a long call
-    (1, 120, 3600, 120),    # a shorter lease leaves the call's limit alone
-    (600, 30, 3600, 30),    # and a longer one does not stretch it
-    (3, 120, 20, 15),       # the attempt's start-to-close, less the margin to report, shortens it
-    (3, 120, 6, 3),         # but never below half of it
-    (3, 120, 0, 120),       # no start-to-close: the call's limit
-])
+@pytest.mark.parametrize(
+    ("lease", "call", "start_to_close", "limit"),
+    [
+        (3, 120, 3600, 120),  # the defaults: a long lease is not needed for a long call
+        (1, 120, 3600, 120),  # a shorter lease leaves the call's limit alone
+        (600, 30, 3600, 30),  # and a longer one does not stretch it
+        (3, 120, 20, 15),  # the attempt's start-to-close, less the margin to report, shortens it
+        (3, 120, 6, 3),  # but never below half of it
+        (3, 120, 0, 120),  # no start-to-close: the call's limit
+    ],
+)
 def test_the_call_limit_is_independent_of_the_lease(settings, lease, call, start_to_close, limit):
     settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = lease
     settings.NODE_FLOW_SYSTEM_TASK_CALL_SECONDS = call
@@ -127,8 +131,9 @@ def test_a_call_gets_the_call_limit_as_its_deadline_not_the_lease(api, flow, kee
     settings.NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS = 2
     settings.NODE_FLOW_SYSTEM_TASK_CALL_SECONDS = 90
     seen: list[float] = []
-    monkeypatch.setattr(registry.get("HTTP"), "start",
-                        lambda ctx: seen.append(ctx.deadline - time.monotonic()) or completed({}))
+    monkeypatch.setattr(
+        registry.get("HTTP"), "start", lambda ctx: seen.append(ctx.deadline - time.monotonic()) or completed({})
+    )
     start(api, flow)
     assert SystemTaskRole().run_once() == 1
     assert 89 < seen[0] <= 90

@@ -1,6 +1,7 @@
 """The system-task runner and role without Celery: leases across namespaces,
 a stale run changes nothing, a canceled run calls the cancel hook, the
 thread pool, the stop path and ``manage.py nodeflow_systemtasks --once``."""
+
 from __future__ import annotations
 
 import threading

@@ -1,5 +1,6 @@
 """/v1/ns/{ns}/metadata/task-definitions[/{name}] (SPEC §3): every field's
 default, range and type, create vs replace, PATCH, DELETE, cross-field rules."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -168,7 +169,7 @@ def test_it_rejects_a_fraction_for_a_count(api, field):
 @pytest.mark.parametrize("field", NUMBERS)
 def test_it_rejects_a_number_too_large_for_a_float(api, field):
     # A JSON integer past 1e308 must be a 400, not an OverflowError.
-    raw = '{"name": "t", "%s": 1%s}' % (field, "0" * 400)
+    raw = '{{"name": "t", "{}": 1{}}}'.format(field, "0" * 400)
     assert_invalid(api.call("POST", LIST, raw=raw), field)
 
 
@@ -248,7 +249,9 @@ def test_it_rejects_a_description_too_long(api):
 def test_it_limits_non_retryable_errors(api):
     assert api.post(LIST, {"name": "t", "nonRetryableErrors": [f"e{i}" for i in range(100)]}).status_code == 201
     assert api.post(LIST, {"name": "t", "nonRetryableErrors": ["e" * 1024]}).status_code == 200
-    assert_invalid(api.post(LIST, {"name": "t", "nonRetryableErrors": [f"e{i}" for i in range(101)]}), "nonRetryableErrors")
+    assert_invalid(
+        api.post(LIST, {"name": "t", "nonRetryableErrors": [f"e{i}" for i in range(101)]}), "nonRetryableErrors"
+    )
     assert_invalid(api.post(LIST, {"name": "t", "nonRetryableErrors": ["e" * 1025]}), "nonRetryableErrors[0]")
 
 
@@ -374,7 +377,11 @@ def test_it_answers_404_for_an_unknown_definition(api):
 
 
 def test_it_leaves_the_stored_definition_alone_when_a_replace_is_rejected(api, charge):
-    for bad in ({"name": "charge", "retryCount": 101}, {"name": "charge", "oops": 1}, {"name": "charge", "semaphores": ["a", "a"]}):
+    for bad in (
+        {"name": "charge", "retryCount": 101},
+        {"name": "charge", "oops": 1},
+        {"name": "charge", "semaphores": ["a", "a"]},
+    ):
         assert api.post(LIST, bad).status_code == 400
     assert api.get(f"{LIST}/charge").json() == charge
 

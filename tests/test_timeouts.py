@@ -3,6 +3,7 @@ the API and the sweeper with a moved clock: scheduleToStart, startToClose,
 heartbeat, the task's total timeoutSeconds and the workflow's timeoutSeconds;
 each timeoutPolicy; waiting tasks get only timeoutSeconds; timers fire
 exactly once however many sweepers run, and after a sweeper is killed."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -49,6 +50,7 @@ def heartbeat(api, leased: dict):
 
 
 # --- scheduleToStartTimeout ---------------------------------------------------
+
 
 def test_it_times_out_each_attempt_no_worker_picks_up_in_time(api, frozen_clock):
     started = one_task(api, scheduleToStartTimeout=120, retryCount=1, retryDelaySeconds=5, jitter=0)
@@ -102,6 +104,7 @@ def test_it_does_not_time_out_a_task_held_by_a_pause(api, frozen_clock):
 
 
 # --- startToCloseTimeout and heartbeatTimeout (the lease) ----------------------
+
 
 def test_it_times_out_an_attempt_that_runs_past_start_to_close_despite_heartbeats(api, frozen_clock):
     started = one_task(api, startToCloseTimeout=60, heartbeatTimeout=30, retryCount=0)
@@ -165,10 +168,12 @@ def test_it_redelivers_instead_of_timing_out_when_neither_is_set(api, frozen_clo
 
 # --- the task's total timeoutSeconds --------------------------------------------
 
+
 @pytest.mark.parametrize(("policy", "status"), [("RETRY", "FAILED"), ("TIME_OUT_WF", "TIMED_OUT")])
 def test_it_bounds_every_attempt_and_retry_delay_by_timeout_seconds(api, frozen_clock, policy, status):
-    started = one_task(api, timeoutSeconds=100, timeoutPolicy=policy, retryCount=50, retryLogic="FIXED",
-                       retryDelaySeconds=30, jitter=0)
+    started = one_task(
+        api, timeoutSeconds=100, timeoutPolicy=policy, retryCount=50, retryLogic="FIXED", retryDelaySeconds=30, jitter=0
+    )
     for number in range(4):  # attempts fail at 0, 30, 60 and 90; attempt 5 waits until 120
         if number:
             advance(30)
@@ -196,25 +201,29 @@ def test_it_arms_one_total_timer_per_logical_task(api, frozen_clock):
 
 # --- timeoutPolicy ALERT_ONLY ---------------------------------------------------
 
+
 def test_it_only_alerts_on_a_missed_schedule_to_start(api, frozen_clock, django_capture_on_commit_callbacks):
     started = one_task(api, scheduleToStartTimeout=60, timeoutPolicy="ALERT_ONLY")
-    with counting(TIMEOUTS, timeout="scheduleToStart", policy="ALERT_ONLY") as alerted, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        counting(TIMEOUTS, timeout="scheduleToStart", policy="ALERT_ONLY") as alerted,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         advance(600)
     assert alerted == [1]
     complete(api, poll_one(api, "work"))
     assert execution(api, started["id"])["status"] == "COMPLETED"
 
 
-@pytest.mark.parametrize(("definition", "timeout"), [
-    ({"startToCloseTimeout": 60}, "startToClose"),
-    ({"heartbeatTimeout": 30}, "heartbeat"),
-])
+@pytest.mark.parametrize(
+    ("definition", "timeout"), [({"startToCloseTimeout": 60}, "startToClose"), ({"heartbeatTimeout": 30}, "heartbeat")]
+)
 def test_it_only_alerts_on_a_slow_attempt(api, frozen_clock, django_capture_on_commit_callbacks, definition, timeout):
     started = one_task(api, timeoutPolicy="ALERT_ONLY", **definition)
     leased = poll_one(api, "work")
-    with counting(TIMEOUTS, timeout=timeout, policy="ALERT_ONLY") as alerted, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        counting(TIMEOUTS, timeout=timeout, policy="ALERT_ONLY") as alerted,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         advance(61)
     assert alerted == [1]  # once per period, not at every sweep
     assert task_at(execution(api, started["id"]), "work")["status"] == "IN_PROGRESS"
@@ -223,8 +232,15 @@ def test_it_only_alerts_on_a_slow_attempt(api, frozen_clock, django_capture_on_c
 
 
 def test_it_keeps_retrying_past_an_alert_only_total_budget(api, frozen_clock):
-    started = one_task(api, timeoutSeconds=100, timeoutPolicy="ALERT_ONLY", retryCount=5, retryLogic="FIXED",
-                       retryDelaySeconds=60, jitter=0)
+    started = one_task(
+        api,
+        timeoutSeconds=100,
+        timeoutPolicy="ALERT_ONLY",
+        retryCount=5,
+        retryLogic="FIXED",
+        retryDelaySeconds=60,
+        jitter=0,
+    )
     fail(api, poll_one(api, "work"))
     advance(120)
     assert task_at(execution(api, started["id"]), "work")["status"] == "SCHEDULED"
@@ -233,6 +249,7 @@ def test_it_keeps_retrying_past_an_alert_only_total_budget(api, frozen_clock):
 
 
 # --- zero arms nothing ----------------------------------------------------------
+
 
 def test_it_arms_no_timer_for_a_timeout_of_zero(api, frozen_clock):
     started = one_task(api, scheduleToStartTimeout=0, startToCloseTimeout=0, heartbeatTimeout=0, timeoutSeconds=0)
@@ -259,8 +276,14 @@ TIGHT = {"scheduleToStartTimeout": 1, "startToCloseTimeout": 1, "heartbeatTimeou
 
 
 def waiting_task(task_type: str, **policy) -> dict:
-    return {"name": "waiter", "taskReferenceName": "waiter", "type": task_type,
-            "inputParameters": WAITING[task_type], **TIGHT, **policy}
+    return {
+        "name": "waiter",
+        "taskReferenceName": "waiter",
+        "type": task_type,
+        "inputParameters": WAITING[task_type],
+        **TIGHT,
+        **policy,
+    }
 
 
 @pytest.mark.parametrize("task_type", sorted(WAITING))
@@ -296,6 +319,7 @@ def test_it_times_out_a_human_task_and_refuses_the_late_answer(api, api_for, fro
 
 
 # --- the workflow's timeoutSeconds ------------------------------------------------
+
 
 def test_it_times_out_the_workflow_at_its_deadline_and_starts_the_failure_workflow(api, frozen_clock):
     register(api, "on_failure", simple("cleanup", inputParameters={"status": "${workflow.input.status}"}))
@@ -335,8 +359,10 @@ def test_it_only_alerts_when_the_workflow_policy_is_alert_only(api, frozen_clock
     register(api, "slow", simple("work"), timeoutSeconds=600, timeoutPolicy="ALERT_ONLY")
     started = start(api, "slow")
     assert started["deadline"] is None  # an alert is not a budget
-    with counting(TIMEOUTS, timeout="workflow", policy="ALERT_ONLY") as alerted, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        counting(TIMEOUTS, timeout="workflow", policy="ALERT_ONLY") as alerted,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         advance(3600)
     assert alerted == [1]
     assert execution(api, started["id"])["status"] == "RUNNING"
@@ -351,14 +377,20 @@ def test_it_does_not_alert_for_a_timer_armed_by_an_earlier_run(api, frozen_clock
     clock.advance(100)
     act(api, started["id"], "restart")  # alerts at 700 now
     # The first run's timer, as if a sweeper had held it while restart re-armed.
-    Timer.objects.create(kind="WORKFLOW_TIMEOUT", execution_id=started["id"], due_at=frozen_clock + dt.timedelta(seconds=600))
-    with counting(TIMEOUTS, timeout="workflow", policy="ALERT_ONLY") as alerted, \
-            django_capture_on_commit_callbacks(execute=True):
+    Timer.objects.create(
+        kind="WORKFLOW_TIMEOUT", execution_id=started["id"], due_at=frozen_clock + dt.timedelta(seconds=600)
+    )
+    with (
+        counting(TIMEOUTS, timeout="workflow", policy="ALERT_ONLY") as alerted,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         advance(500)
     assert alerted == [0]
     assert timers_of(started["id"], "WORKFLOW_TIMEOUT") != []
-    with counting(TIMEOUTS, timeout="workflow", policy="ALERT_ONLY") as alerted, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        counting(TIMEOUTS, timeout="workflow", policy="ALERT_ONLY") as alerted,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         advance(100)
     assert alerted == [1]
 
@@ -412,6 +444,7 @@ def test_it_gives_a_manually_retried_task_a_fresh_total_budget(api, frozen_clock
 
 # --- firing: once, durably ---------------------------------------------------------
 
+
 def test_it_retries_a_failing_timer_later_instead_of_losing_it(api, frozen_clock, monkeypatch):
     register(api, "slow", simple("work"), timeoutSeconds=60)
     started = start(api, "slow")
@@ -455,9 +488,14 @@ def race_sweepers(count: int) -> None:
 
 def register_timeout_flow(api) -> None:
     register(api, "on_failure", simple("cleanup"))
-    register(api, "timed", {"name": "nap", "taskReferenceName": "nap", "type": "WAIT",
-                            "inputParameters": {"duration": 30}}, simple("after"),
-             timeoutSeconds=60, failureWorkflow="on_failure")
+    register(
+        api,
+        "timed",
+        {"name": "nap", "taskReferenceName": "nap", "type": "WAIT", "inputParameters": {"duration": 30}},
+        simple("after"),
+        timeoutSeconds=60,
+        failureWorkflow="on_failure",
+    )
 
 
 @pytest.mark.postgres
@@ -482,6 +520,7 @@ def test_it_fires_each_timer_once_with_two_sweepers_racing(api, frozen_clock, is
                     acted.append(timer_id)
 
             transaction.on_commit(record)
+
         return handle
 
     for kind, handler in list(timers.HANDLERS.items()):

@@ -1,6 +1,7 @@
 """Waiting tasks (SPEC §5): WAIT, HUMAN, PULL_WORKFLOW_MESSAGES and
 WAIT_FOR_WEBHOOK. Never dispatched; completed by time, a person, posted
 messages or an inbound webhook."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -40,6 +41,7 @@ def webhook_wait(ref: str, name: str, matches: dict) -> dict:
 
 
 # --- WAIT -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("duration", ["30s", 30, "0.5m"])
 def test_it_completes_a_wait_once_its_duration_has_passed(api, frozen_clock, duration):
@@ -101,15 +103,22 @@ def test_it_does_not_complete_a_wait_of_a_terminated_execution(api, frozen_clock
 
 # --- HUMAN ------------------------------------------------------------------
 
+
 def test_it_completes_a_human_task_from_a_developer_without_a_lease(api, api_for):
-    register(api, "approval", human("approve", {"order": "${workflow.input.order}"}), simple("after",
-             inputParameters={"decision": "${approve.output.decision}"}))
+    register(
+        api,
+        "approval",
+        human("approve", {"order": "${workflow.input.order}"}),
+        simple("after", inputParameters={"decision": "${approve.output.decision}"}),
+    )
     started = start(api, "approval", {"order": 7})
     task = task_at(started, "approve")
     assert task["status"] == "IN_PROGRESS" and task["inputData"] == {"order": 7}
     assert poll(api, "approve") == []
     developer = api_for("developer")
-    response = developer.post(f"tasks/{task['taskId']}/result", {"status": "COMPLETED", "outputData": {"decision": "yes"}})
+    response = developer.post(
+        f"tasks/{task['taskId']}/result", {"status": "COMPLETED", "outputData": {"decision": "yes"}}
+    )
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == "COMPLETED"
     view = execution(api, started["id"])
@@ -163,6 +172,7 @@ def test_it_answers_409_for_a_human_task_completed_twice(api, api_for):
 
 
 # --- PULL_WORKFLOW_MESSAGES -------------------------------------------------
+
 
 def post_message(api, execution_id: str, payload) -> int:
     response = api.post(f"executions/{execution_id}/messages", payload)
@@ -228,9 +238,14 @@ def test_it_answers_404_for_messages_to_an_unknown_execution(api):
 
 # --- WAIT_FOR_WEBHOOK -------------------------------------------------------
 
+
 def test_it_completes_a_webhook_wait_when_the_body_matches(api):
-    register(api, "paid", webhook_wait("payment", "order_paid", {"$.order.id": "${workflow.input.orderId}"}),
-             simple("ship", inputParameters={"amount": "${payment.output.order.amount}"}))
+    register(
+        api,
+        "paid",
+        webhook_wait("payment", "order_paid", {"$.order.id": "${workflow.input.orderId}"}),
+        simple("ship", inputParameters={"amount": "${payment.output.order.amount}"}),
+    )
     started = start(api, "paid", {"orderId": 42})
     other = start(api, "paid", {"orderId": 43})
     assert task_at(started, "payment")["inputData"] == {"matches": {"$.order.id": 42}}
@@ -259,18 +274,21 @@ def test_it_ignores_a_webhook_under_another_name(api):
     assert task_at(execution(api, started["id"]), "payment")["status"] == "IN_PROGRESS"
 
 
-@pytest.mark.parametrize(("criteria", "body", "matched"), [
-    ({"$.order.id": 42}, {"order": {"id": 42}}, 1),
-    ({"$.order.id": 42}, {"order": {"id": 42.0}}, 1),
-    ({"$.order.id": 1}, {"order": {"id": True}}, 0),
-    ({"$.flag": True}, {"flag": 1}, 0),
-    ({"$.order.id": None}, {"order": {}}, 0),
-    ({"$.order.id": None}, {"order": {"id": None}}, 1),
-    ({"$.lines[1].sku": "b"}, {"lines": [{"sku": "a"}, {"sku": "b"}]}, 1),
-    ({"$.lines[5].sku": None}, {"lines": []}, 0),
-    ({"$.order": {"id": 1}}, {"order": {"id": 1}}, 1),
-    ({"$.order.id": 42, "$.kind": "paid"}, {"order": {"id": 42}, "kind": "refund"}, 0),
-])
+@pytest.mark.parametrize(
+    ("criteria", "body", "matched"),
+    [
+        ({"$.order.id": 42}, {"order": {"id": 42}}, 1),
+        ({"$.order.id": 42}, {"order": {"id": 42.0}}, 1),
+        ({"$.order.id": 1}, {"order": {"id": True}}, 0),
+        ({"$.flag": True}, {"flag": 1}, 0),
+        ({"$.order.id": None}, {"order": {}}, 0),
+        ({"$.order.id": None}, {"order": {"id": None}}, 1),
+        ({"$.lines[1].sku": "b"}, {"lines": [{"sku": "a"}, {"sku": "b"}]}, 1),
+        ({"$.lines[5].sku": None}, {"lines": []}, 0),
+        ({"$.order": {"id": 1}}, {"order": {"id": 1}}, 1),
+        ({"$.order.id": 42, "$.kind": "paid"}, {"order": {"id": 42}, "kind": "refund"}, 0),
+    ],
+)
 def test_it_matches_paths_and_values_exactly(api, criteria, body, matched):
     register(api, "paid", webhook_wait("payment", "hook", criteria))
     start(api, "paid")

@@ -1,6 +1,7 @@
 """The worker API (SPEC §7): poll, leases and fencing, heartbeats, lease
 expiry and re-delivery, callbacks, batched results, retries; and the
 execution view's fields (SPEC §6)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -26,14 +27,43 @@ from tests.engine_helpers import (
 )
 
 EXECUTION_FIELDS = {
-    "id", "name", "version", "status", "awaitingAdmission", "input", "output", "variables",
-    "reasonForIncompletion", "correlationId", "parentExecutionId", "depth", "createdAt", "startedAt", "endedAt",
-    "deadline", "tasks",
+    "id",
+    "name",
+    "version",
+    "status",
+    "awaitingAdmission",
+    "input",
+    "output",
+    "variables",
+    "reasonForIncompletion",
+    "correlationId",
+    "parentExecutionId",
+    "depth",
+    "createdAt",
+    "startedAt",
+    "endedAt",
+    "deadline",
+    "tasks",
 }
 TASK_FIELDS = {
-    "taskId", "executionId", "referenceTaskName", "path", "type", "taskDefName", "status", "attempt",
-    "scheduledAt", "availableAt", "startedAt", "endedAt", "workerId", "inputData", "outputData",
-    "reasonForIncompletion", "idempotencyKey", "blockedBy",
+    "taskId",
+    "executionId",
+    "referenceTaskName",
+    "path",
+    "type",
+    "taskDefName",
+    "status",
+    "attempt",
+    "scheduledAt",
+    "availableAt",
+    "startedAt",
+    "endedAt",
+    "workerId",
+    "inputData",
+    "outputData",
+    "reasonForIncompletion",
+    "idempotencyKey",
+    "blockedBy",
 }
 LEASED_FIELDS = {"taskId", "executionId", "inputData", "attempt", "idempotencyKey", "leaseToken", "leaseExpiresAt"}
 
@@ -57,11 +87,20 @@ def one_task(api, name: str = "work", **definition) -> dict:
 
 # --- poll -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"count": 0}, "count"), ({"count": 101}, "count"), ({"count": "2"}, "count"), ({"count": 1.5}, "count"),
-    ({"waitSeconds": -1}, "waitSeconds"), ({"waitSeconds": 31}, "waitSeconds"), ({"waitSeconds": "1"}, "waitSeconds"),
-    ({"unknown": 1}, "unknown"),
-])
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"count": 0}, "count"),
+        ({"count": 101}, "count"),
+        ({"count": "2"}, "count"),
+        ({"count": 1.5}, "count"),
+        ({"waitSeconds": -1}, "waitSeconds"),
+        ({"waitSeconds": 31}, "waitSeconds"),
+        ({"waitSeconds": "1"}, "waitSeconds"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
 def test_it_refuses_poll_bodies_out_of_range(api, body, field):
     response = api.post("tasks/poll/work", {"workerId": "w1", **body})
     assert response.status_code == 400
@@ -121,6 +160,7 @@ def test_it_leases_only_tasks_of_its_own_namespace(api, api_for):
 
 # --- fencing ----------------------------------------------------------------
 
+
 def test_it_refuses_a_result_with_the_wrong_lease_token_and_changes_nothing(api):
     started = one_task(api)
     leased = poll_one(api, "work")
@@ -163,10 +203,15 @@ def test_it_answers_404_for_another_namespaces_task(api, api_for):
     assert heartbeat(other, leased).status_code == 404
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"status": "DONE"}, "status"), ({"status": "COMPLETED", "outputData": [1]}, "outputData"),
-    ({"status": "CANCELED"}, "status"), ({"status": "COMPLETED", "callbackAfterSeconds": -1}, "callbackAfterSeconds"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"status": "DONE"}, "status"),
+        ({"status": "COMPLETED", "outputData": [1]}, "outputData"),
+        ({"status": "CANCELED"}, "status"),
+        ({"status": "COMPLETED", "callbackAfterSeconds": -1}, "callbackAfterSeconds"),
+    ],
+)
 def test_it_refuses_malformed_results(api, body, field):
     one_task(api)
     leased = poll_one(api, "work")
@@ -176,6 +221,7 @@ def test_it_refuses_malformed_results(api, body, field):
 
 
 # --- heartbeats and lease expiry --------------------------------------------
+
 
 def test_it_extends_the_lease_on_heartbeat(api, frozen_clock):
     started = one_task(api, heartbeatTimeout=60, startToCloseTimeout=3600)
@@ -255,6 +301,7 @@ def test_it_redelivers_the_same_attempt_when_the_default_lease_expires(api, froz
 
 # --- IN_PROGRESS results ----------------------------------------------------
 
+
 def test_it_puts_a_task_back_for_callback_after_seconds(api, frozen_clock):
     started = one_task(api)
     leased = poll_one(api, "work")
@@ -310,21 +357,34 @@ def test_it_does_not_redeliver_an_expired_lease_while_paused(api, frozen_clock):
 
 # --- batch results ----------------------------------------------------------
 
+
 def test_it_applies_a_batch_and_answers_each_item_in_order(api):
     register(api, "wf", simple("work"), simple("next"))
     first, second = start(api, "wf"), start(api, "wf")
     leased = {t["executionId"]: t for t in poll(api, "work", count=2)}
     good, stale = leased[first["id"]], leased[second["id"]]
     unknown = "01a22bcb-f1c0-791e-9b81-4291dca332a1"
-    response = api.post("tasks/results", {"results": [
-        {"taskId": good["taskId"], "leaseToken": good["leaseToken"], "status": "COMPLETED", "outputData": {"ok": 1}},
-        {"taskId": stale["taskId"], "leaseToken": "stale", "status": "COMPLETED"},
-        {"taskId": unknown, "leaseToken": "x", "status": "COMPLETED"},
-    ]})
+    response = api.post(
+        "tasks/results",
+        {
+            "results": [
+                {
+                    "taskId": good["taskId"],
+                    "leaseToken": good["leaseToken"],
+                    "status": "COMPLETED",
+                    "outputData": {"ok": 1},
+                },
+                {"taskId": stale["taskId"], "leaseToken": "stale", "status": "COMPLETED"},
+                {"taskId": unknown, "leaseToken": "x", "status": "COMPLETED"},
+            ]
+        },
+    )
     assert response.status_code == 200
     answers = response.json()["results"]
     assert [(a["taskId"], a["status"]) for a in answers] == [
-        (good["taskId"], 200), (stale["taskId"], 409), (unknown, 404),
+        (good["taskId"], 200),
+        (stale["taskId"], 409),
+        (unknown, 404),
     ]
     assert answers[1]["error"] == "CONFLICT"
     assert statuses(execution(api, first["id"])) == {"work": "COMPLETED", "next": "SCHEDULED"}
@@ -342,13 +402,23 @@ def test_it_answers_409_for_the_second_result_of_one_task_in_a_batch(api):
 
 
 def test_it_applies_several_results_of_one_execution_in_a_batch(api):
-    register(api, "wf", {"name": "split", "taskReferenceName": "split", "type": "FORK_JOIN",
-                         "forkTasks": [[simple("work", "work")], [simple("other", "work")]]}, simple("after"))
+    register(
+        api,
+        "wf",
+        {
+            "name": "split",
+            "taskReferenceName": "split",
+            "type": "FORK_JOIN",
+            "forkTasks": [[simple("work", "work")], [simple("other", "work")]],
+        },
+        simple("after"),
+    )
     started = start(api, "wf")
     leased = poll(api, "work", count=2)
-    answers = api.post("tasks/results", {"results": [
-        {"taskId": t["taskId"], "leaseToken": t["leaseToken"], "status": "COMPLETED"} for t in leased
-    ]}).json()["results"]
+    answers = api.post(
+        "tasks/results",
+        {"results": [{"taskId": t["taskId"], "leaseToken": t["leaseToken"], "status": "COMPLETED"} for t in leased]},
+    ).json()["results"]
     assert [a["status"] for a in answers] == [200, 200]
     assert statuses(execution(api, started["id"]))["after"] == "SCHEDULED"
 
@@ -359,20 +429,38 @@ def test_it_applies_callbacks_and_failures_in_a_batch(api, frozen_clock):
     first, second = start(api, "wf"), start(api, "wf")
     leased = {t["executionId"]: t for t in poll(api, "work", count=2)}
     a, b = leased[first["id"]], leased[second["id"]]
-    answers = api.post("tasks/results", {"results": [
-        {"taskId": a["taskId"], "leaseToken": a["leaseToken"], "status": "IN_PROGRESS", "callbackAfterSeconds": 5},
-        {"taskId": b["taskId"], "leaseToken": b["leaseToken"], "status": "FAILED", "reasonForIncompletion": "no"},
-    ]}).json()["results"]
+    answers = api.post(
+        "tasks/results",
+        {
+            "results": [
+                {
+                    "taskId": a["taskId"],
+                    "leaseToken": a["leaseToken"],
+                    "status": "IN_PROGRESS",
+                    "callbackAfterSeconds": 5,
+                },
+                {
+                    "taskId": b["taskId"],
+                    "leaseToken": b["leaseToken"],
+                    "status": "FAILED",
+                    "reasonForIncompletion": "no",
+                },
+            ]
+        },
+    ).json()["results"]
     assert [x["status"] for x in answers] == [200, 200]
     assert task_at(execution(api, first["id"]), "work")["availableAt"] == at(frozen_clock, 5)
     assert execution(api, second["id"])["status"] == "FAILED"
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"results": []}, "results"),
-    ({"results": [{"taskId": "x", "leaseToken": "t", "status": "COMPLETED"}]}, "taskId"),
-    ({"results": [{"taskId": "01a22bcb-f1c0-791e-9b81-4291dca332a1", "status": "COMPLETED"}]}, "leaseToken"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"results": []}, "results"),
+        ({"results": [{"taskId": "x", "leaseToken": "t", "status": "COMPLETED"}]}, "taskId"),
+        ({"results": [{"taskId": "01a22bcb-f1c0-791e-9b81-4291dca332a1", "status": "COMPLETED"}]}, "leaseToken"),
+    ],
+)
 def test_it_refuses_malformed_batches(api, body, field):
     response = api.post("tasks/results", body)
     assert response.status_code == 400
@@ -387,6 +475,7 @@ def test_it_refuses_a_batch_of_more_than_100(api):
 
 
 # --- retries ----------------------------------------------------------------
+
 
 def test_it_retries_a_failed_task_as_attempt_2_after_a_delay(api, frozen_clock):
     started = one_task(api, retryCount=2, retryDelaySeconds=10, jitter=0)
@@ -403,7 +492,10 @@ def test_it_retries_a_failed_task_as_attempt_2_after_a_delay(api, frozen_clock):
     assert second["idempotencyKey"] == first["idempotencyKey"]
     assert second["taskId"] != first["taskId"]
     assert second["blockedBy"] == {
-        "control": "retryBackoff", "limit": None, "current": None, "since": second["scheduledAt"],
+        "control": "retryBackoff",
+        "limit": None,
+        "current": None,
+        "since": second["scheduledAt"],
         "until": second["availableAt"],
     }
     assert poll(api, "work") == []
@@ -454,6 +546,7 @@ def test_it_does_not_retry_a_non_retryable_error(api, frozen_clock):
 
 # --- the execution view -----------------------------------------------------
 
+
 def test_it_shows_every_execution_and_task_field(api, frozen_clock):
     started = one_task(api)
     view = execution(api, started["id"])
@@ -468,7 +561,12 @@ def test_it_shows_every_execution_and_task_field(api, frozen_clock):
     task = view["tasks"][0]
     assert set(task) >= TASK_FIELDS
     assert task["executionId"] == started["id"]
-    assert (task["referenceTaskName"], task["path"], task["type"], task["taskDefName"]) == ("work", "work", "SIMPLE", "work")
+    assert (task["referenceTaskName"], task["path"], task["type"], task["taskDefName"]) == (
+        "work",
+        "work",
+        "SIMPLE",
+        "work",
+    )
     assert (task["status"], task["attempt"]) == ("SCHEDULED", 1)
     assert task["scheduledAt"] == task["availableAt"] == at(frozen_clock)
     assert task["startedAt"] is None and task["endedAt"] is None and task["workerId"] is None
@@ -499,17 +597,26 @@ def test_it_shows_the_deadline_of_a_workflow_with_a_timeout(api, frozen_clock):
     assert task_at(view, "work")["status"] == "CANCELED"
 
 
-@pytest.mark.parametrize("accept, status", [
-    (None, 200), ("*/*", 200), ("application/json", 200), ("application/json; charset=utf-8", 200),
-    ("text/html", 406), ("application/yaml", 406),
-])
+@pytest.mark.parametrize(
+    "accept, status",
+    [
+        (None, 200),
+        ("*/*", 200),
+        ("application/json", 200),
+        ("application/json; charset=utf-8", 200),
+        ("text/html", 406),
+        ("application/yaml", 406),
+    ],
+)
 def test_the_worker_routes_answer_json_to_whoever_accepts_it(api, accept, status):
     register(api, "w", simple("a"))
     start(api, "w")
     headers = {"HTTP_X_API_KEY": api.key}
     if accept is not None:
         headers["HTTP_ACCEPT"] = accept
-    response = api.client.post("/v1/ns/default/tasks/poll/a", data='{"workerId": "x"}', content_type="application/json", **headers)
+    response = api.client.post(
+        "/v1/ns/default/tasks/poll/a", data='{"workerId": "x"}', content_type="application/json", **headers
+    )
     assert response.status_code == status
     assert response["Content-Type"] == "application/json"
     if status == 200:

@@ -8,6 +8,7 @@ the tests read what happened through the API, as a user would. They use no
 ``django_db`` mark, so they run after the database tests; the module
 fixture opens the test database itself and flushes it at the end, as a
 transactional test does."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -24,7 +25,8 @@ import pytest
 from django.core.management import call_command
 
 from nodeflow.keys import create_api_key
-from nodeflow_worker import Client, LeasedTask, Task as WorkerTask, TaskError, TerminalError, Worker, WorkerError
+from nodeflow_worker import Client, LeasedTask, TaskError, TerminalError, Worker, WorkerError
+from nodeflow_worker import Task as WorkerTask
 from nodeflow_worker.client import parse_time
 from nodeflow_worker.heartbeats import AFTER_EXPIRY_S, MIN_INTERVAL_S, next_beat_in
 from nodeflow_worker.reporter import Report, Reporter
@@ -54,11 +56,16 @@ class Server:
 
     def one_task_flow(self, task_type: str, **task_definition) -> None:
         self.post("metadata/task-definitions", {"name": task_type, **task_definition})
-        self.post("metadata/workflow-definitions", {
-            "name": f"{task_type}_flow",
-            "tasks": [{"name": task_type, "taskReferenceName": "only", "inputParameters": {"n": "${workflow.input.n}"}}],
-            "outputParameters": {"result": "${only.output}"},
-        })
+        self.post(
+            "metadata/workflow-definitions",
+            {
+                "name": f"{task_type}_flow",
+                "tasks": [
+                    {"name": task_type, "taskReferenceName": "only", "inputParameters": {"n": "${workflow.input.n}"}}
+                ],
+                "outputParameters": {"result": "${only.output}"},
+            },
+        )
 
     def start_flow(self, task_type: str, n: int = 0) -> str:
         return self.client.start(f"{task_type}_flow", {"n": n})["id"]
@@ -95,8 +102,10 @@ def wait_for(done: Callable[[], bool], timeout_s: float, why: Callable[[], str] 
 def _session_sets_up_the_database(session: pytest.Session) -> bool:
     """Whether pytest-django creates the test database for this session: it
     does only when some collected test asks for the database."""
-    return any(item.get_closest_marker("django_db") or {"db", "transactional_db", "live_server"} & set(item.fixturenames)
-               for item in session.items)
+    return any(
+        item.get_closest_marker("django_db") or {"db", "transactional_db", "live_server"} & set(item.fixturenames)
+        for item in session.items
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +155,13 @@ def running():
 
 # --- importable without Django -------------------------------------------------
 
+
 def test_it_imports_without_django_or_its_settings():
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    code = ("import sys, nodeflow_worker, nodeflow_worker.__main__\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))")
+    code = (
+        "import sys, nodeflow_worker, nodeflow_worker.__main__\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
+    )
     done = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -157,43 +169,77 @@ def test_it_imports_without_django_or_its_settings():
 
 # --- pure parts ----------------------------------------------------------------
 
-@pytest.mark.parametrize(("left_s", "extended", "expected"), [
-    (3.0, True, 1.0),              # a third of what the lease has left
-    (90.0, True, 30.0),            # never later than the cap
-    (0.03, True, MIN_INTERVAL_S),  # never sooner than the floor
-    (-1.0, True, MIN_INTERVAL_S),  # already expired on our clock: beat at once
-    (None, True, 30.0),            # no expiry known
-    (2.0, False, 2.0 + AFTER_EXPIRY_S),  # at the start-to-close cap: look once it has ended
-    (-1.0, False, AFTER_EXPIRY_S),
-])
+
+@pytest.mark.parametrize(
+    ("left_s", "extended", "expected"),
+    [
+        (3.0, True, 1.0),  # a third of what the lease has left
+        (90.0, True, 30.0),  # never later than the cap
+        (0.03, True, MIN_INTERVAL_S),  # never sooner than the floor
+        (-1.0, True, MIN_INTERVAL_S),  # already expired on our clock: beat at once
+        (None, True, 30.0),  # no expiry known
+        (2.0, False, 2.0 + AFTER_EXPIRY_S),  # at the start-to-close cap: look once it has ended
+        (-1.0, False, AFTER_EXPIRY_S),
+    ],
+)
 def test_the_next_heartbeat_comes_at_a_third_of_the_lease_left(left_s, extended, expected):
     assert next_beat_in(left_s, extended=extended, max_interval_s=30.0) == pytest.approx(expected)
 
 
 def _task(worker: Worker, attempt: int = 1) -> WorkerTask:
-    leased = LeasedTask(task_id="t1", execution_id="e1", task_type="x", input={"n": 1}, attempt=attempt,
-                        idempotency_key="e1:x", lease_token="tok", raw={})
+    leased = LeasedTask(
+        task_id="t1",
+        execution_id="e1",
+        task_type="x",
+        input={"n": 1},
+        attempt=attempt,
+        idempotency_key="e1:x",
+        lease_token="tok",
+        raw={},
+    )
     return WorkerTask(leased, worker)
 
 
 def _raise(exc: BaseException):
     def fn(task):
         raise exc
+
     return fn
 
 
-@pytest.mark.parametrize(("fn", "status", "reason", "output"), [
-    (lambda task: {"id": 7}, "COMPLETED", "", {"id": 7}),
-    (lambda task: None, "COMPLETED", "", {}),
-    (lambda task: [1, 2], "COMPLETED", "", {"result": [1, 2]}),
-    (lambda task: {"when": dt.datetime.now()}, "FAILED", "output is not JSON-serializable", {}),
-    (_raise(ValueError("boom")), "FAILED", "ValueError: boom", {"error": {"type": "ValueError", "message": "boom"}}),
-    (_raise(TaskError("declined", code="card_declined", output={"tries": 1})), "FAILED", "card_declined: declined",
-     {"tries": 1, "error": {"code": "card_declined", "message": "declined"}}),
-    (_raise(TerminalError("bad amount", code="INVALID_ARGUMENT")), "FAILED_WITH_TERMINAL_ERROR",
-     "INVALID_ARGUMENT: bad amount", {"error": {"code": "INVALID_ARGUMENT", "message": "bad amount"}}),
-    (_raise(TerminalError("no code")), "FAILED_WITH_TERMINAL_ERROR", "no code", {"error": {"code": "", "message": "no code"}}),
-])
+@pytest.mark.parametrize(
+    ("fn", "status", "reason", "output"),
+    [
+        (lambda task: {"id": 7}, "COMPLETED", "", {"id": 7}),
+        (lambda task: None, "COMPLETED", "", {}),
+        (lambda task: [1, 2], "COMPLETED", "", {"result": [1, 2]}),
+        (lambda task: {"when": dt.datetime.now()}, "FAILED", "output is not JSON-serializable", {}),
+        (
+            _raise(ValueError("boom")),
+            "FAILED",
+            "ValueError: boom",
+            {"error": {"type": "ValueError", "message": "boom"}},
+        ),
+        (
+            _raise(TaskError("declined", code="card_declined", output={"tries": 1})),
+            "FAILED",
+            "card_declined: declined",
+            {"tries": 1, "error": {"code": "card_declined", "message": "declined"}},
+        ),
+        (
+            _raise(TerminalError("bad amount", code="INVALID_ARGUMENT")),
+            "FAILED_WITH_TERMINAL_ERROR",
+            "INVALID_ARGUMENT: bad amount",
+            {"error": {"code": "INVALID_ARGUMENT", "message": "bad amount"}},
+        ),
+        (
+            _raise(TerminalError("no code")),
+            "FAILED_WITH_TERMINAL_ERROR",
+            "no code",
+            {"error": {"code": "", "message": "no code"}},
+        ),
+    ],
+)
 def test_what_a_function_does_becomes_its_result(fn, status, reason, output):
     report = run_function(fn, _task(Worker("http://127.0.0.1:9", "k")))
     assert (report.status, report.output) == (status, output)
@@ -205,15 +251,20 @@ def test_a_failure_sends_its_traceback_in_the_logs():
     assert any("Traceback" in line and "KeyError" in line for line in report.logs)
 
 
-@pytest.mark.parametrize(("value", "output"), [({"a": 1}, {"a": 1}), (None, {}), (3, {"result": 3}), ("s", {"result": "s"})])
+@pytest.mark.parametrize(
+    ("value", "output"), [({"a": 1}, {"a": 1}), (None, {}), (3, {"result": 3}), ("s", {"result": "s"})]
+)
 def test_a_return_value_becomes_output_data(value, output):
     assert as_output(value) == output
 
 
-@pytest.mark.parametrize(("args", "kwargs", "message"), [
-    (("bad name!", lambda t: None), {}, "not a task type name"),
-    (("x", lambda t: None), {"concurrency": 0}, "concurrency"),
-])
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("bad name!", lambda t: None), {}, "not a task type name"),
+        (("x", lambda t: None), {"concurrency": 0}, "concurrency"),
+    ],
+)
 def test_registration_rejects_bad_names_and_concurrency(args, kwargs, message):
     worker = Worker("http://127.0.0.1:9", "k")
     with pytest.raises(ValueError, match=message):
@@ -229,19 +280,43 @@ def test_a_task_type_is_registered_once():
 
 # --- against a real server -----------------------------------------------------
 
+
 def test_the_readme_example_worker_runs_the_checkout_workflow_to_completion(server):
-    server.post("metadata/task-definitions", {
-        "name": "charge", "retryCount": 5, "retryDelaySeconds": 0.1, "nonRetryableErrors": ["card_declined"]})
-    server.post("metadata/workflow-definitions", {"name": "checkout", "tasks": [
-        {"name": "charge", "taskReferenceName": "charge", "inputParameters": {"amount": "${workflow.input.amount}"}},
-        {"name": "notify", "taskReferenceName": "notify", "optional": True, "retryCount": 1,
-         "inputParameters": {"chargeId": "${charge.output.id}"}},
-    ]})
+    server.post(
+        "metadata/task-definitions",
+        {"name": "charge", "retryCount": 5, "retryDelaySeconds": 0.1, "nonRetryableErrors": ["card_declined"]},
+    )
+    server.post(
+        "metadata/workflow-definitions",
+        {
+            "name": "checkout",
+            "tasks": [
+                {
+                    "name": "charge",
+                    "taskReferenceName": "charge",
+                    "inputParameters": {"amount": "${workflow.input.amount}"},
+                },
+                {
+                    "name": "notify",
+                    "taskReferenceName": "notify",
+                    "optional": True,
+                    "retryCount": 1,
+                    "inputParameters": {"chargeId": "${charge.output.id}"},
+                },
+            ],
+        },
+    )
     paid = server.client.start("checkout", {"amount": 42}, idempotencyKey="order-1001")["id"]
     refused = server.client.start("checkout", {"amount": -5})["id"]
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
-    worker = subprocess.Popen([PYTHON, "-m", "examples.worker"], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env={**env, "NF_URL": server.url, "NF_API_KEY": server.key})
+    worker = subprocess.Popen(
+        [PYTHON, "-m", "examples.worker"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**env, "NF_URL": server.url, "NF_API_KEY": server.key},
+    )
     try:
         ended = server.wait_until_ended(paid, refused)
     finally:
@@ -305,7 +380,11 @@ def test_heartbeats_keep_a_task_alive_past_its_heartbeat_timeout(server, running
     running(worker)
     ended = server.wait_until_ended(execution_id)
     [task] = server.tasks(execution_id)
-    assert (ended[execution_id]["status"], task["status"], task["outputData"]) == ("COMPLETED", "COMPLETED", {"done": True})
+    assert (ended[execution_id]["status"], task["status"], task["outputData"]) == (
+        "COMPLETED",
+        "COMPLETED",
+        {"done": True},
+    )
     assert lost == [False]
     assert parse_time(task["endedAt"]) - parse_time(task["startedAt"]) > dt.timedelta(seconds=2)
 
@@ -344,7 +423,10 @@ def test_a_terminal_error_is_not_retried(server, running):
     ended = server.wait_until_ended(execution_id)
     [task] = server.tasks(execution_id)
     assert ended[execution_id]["status"] == "FAILED"
-    assert (task["status"], task["reasonForIncompletion"]) == ("FAILED_WITH_TERMINAL_ERROR", "card_declined: card declined")
+    assert (task["status"], task["reasonForIncompletion"]) == (
+        "FAILED_WITH_TERMINAL_ERROR",
+        "card_declined: card declined",
+    )
     assert task["outputData"] == {"last4": "4242", "error": {"code": "card_declined", "message": "card declined"}}
     assert calls == [1]
 
@@ -461,16 +543,23 @@ def test_results_that_finish_together_go_in_one_batch(server):
     server.one_task_flow("batched")
     ids = [server.start_flow("batched", n) for n in range(5)]
     leased: list[LeasedTask] = []
-    wait_for(lambda: bool(leased.extend(server.client.poll("batched", worker_id="b", count=5 - len(leased))))
-             or len(leased) == 5, 10)
+    wait_for(
+        lambda: (
+            bool(leased.extend(server.client.poll("batched", worker_id="b", count=5 - len(leased)))) or len(leased) == 5
+        ),
+        10,
+    )
     client, calls, reported = Client(server.url, server.key), [], []
     send_batch, send_one = client.post_results, client.result
     client.post_results = lambda bodies: calls.append(len(bodies)) or send_batch(bodies)
     client.result = lambda *a, **k: calls.append(1) or send_one(*a, **k)
     reporter, worker = Reporter(client), server.worker()
     for item in leased:
-        reporter.submit(Report(WorkerTask(item, worker), "COMPLETED", output={"n": item.input["n"]},
-                               done=lambda: reported.append(1)))
+        reporter.submit(
+            Report(
+                WorkerTask(item, worker), "COMPLETED", output={"n": item.input["n"]}, done=lambda: reported.append(1)
+            )
+        )
     reporter.start()
     reporter.close()
     client.close()
@@ -515,9 +604,13 @@ def _script_worker(server: Server, tmp_path: Path, task_type: str, seconds: floa
     script, marker = tmp_path / "signalled_worker.py", tmp_path / "started"
     script.write_text(WORKER_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
-    process = subprocess.Popen([PYTHON, str(script), server.url, server.key, task_type, str(marker), str(seconds)],
-                               env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = subprocess.Popen(
+        [PYTHON, str(script), server.url, server.key, task_type, str(marker), str(seconds)],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return process, marker
 
 

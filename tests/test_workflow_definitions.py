@@ -1,5 +1,6 @@
 """Workflow definitions through the API (SPEC §4): versions, publish, rollback,
 baked snapshots, sub-workflow checks, and the static limits as 400s."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -130,15 +131,28 @@ BAD_YAML = [
     ("a list", "- name: x\n", "body"),
     ("empty", "", "name"),
     ("python tag", "name: !!python/object/apply:os.system ['true']\ntasks: []\n", None),
-    ("unquoted timestamp", "name: y\ntasks:\n  - {name: w, taskReferenceName: w, type: WAIT, "
-     "inputParameters: {until: 2026-12-01T09:00:00Z}}\n", "tasks[0].inputParameters.until"),
-    ("date in inputs", "name: y\ntasks:\n  - {name: w, taskReferenceName: w, inputParameters: {day: 2026-12-01}}\n",
-     "tasks[0].inputParameters.day"),
-    ("nan in inputs", "name: y\ntasks:\n  - {name: w, taskReferenceName: w, inputParameters: {n: .nan}}\n",
-     "tasks[0].inputParameters.n"),
+    (
+        "unquoted timestamp",
+        "name: y\ntasks:\n  - {name: w, taskReferenceName: w, type: WAIT, "
+        "inputParameters: {until: 2026-12-01T09:00:00Z}}\n",
+        "tasks[0].inputParameters.until",
+    ),
+    (
+        "date in inputs",
+        "name: y\ntasks:\n  - {name: w, taskReferenceName: w, inputParameters: {day: 2026-12-01}}\n",
+        "tasks[0].inputParameters.day",
+    ),
+    (
+        "nan in inputs",
+        "name: y\ntasks:\n  - {name: w, taskReferenceName: w, inputParameters: {n: .nan}}\n",
+        "tasks[0].inputParameters.n",
+    ),
     ("inf in variables", "name: y\nvariables: {n: .inf}\ntasks:\n  - {name: w, taskReferenceName: w}\n", "variables.n"),
-    ("date key", "name: y\ntasks:\n  - {name: w, taskReferenceName: w, inputParameters: {m: {2026-01-01: x}}}\n",
-     "tasks[0].inputParameters.m"),
+    (
+        "date key",
+        "name: y\ntasks:\n  - {name: w, taskReferenceName: w, inputParameters: {m: {2026-01-01: x}}}\n",
+        "tasks[0].inputParameters.m",
+    ),
 ]
 
 
@@ -183,10 +197,7 @@ def test_it_survives_deeply_nested_input_values(api):
     assert response.status_code in (201, 400), response.content
 
 
-@pytest.mark.parametrize(
-    "role,status",
-    [("admin", 201), ("developer", 201), ("worker", 403)],
-)
+@pytest.mark.parametrize("role,status", [("admin", 201), ("developer", 201), ("worker", 403)])
 def test_it_lets_admins_and_developers_register(api_for, role, status):
     response = api_for(role).post(URL, workflow("by_role"))
     assert response.status_code == status
@@ -232,7 +243,9 @@ def test_it_shows_any_version(api):
     assert api.get(f"{URL}/orders/versions/1").json()["published"] is True
 
 
-@pytest.mark.parametrize("path", ["orders/versions/3", "ghost", "ghost/versions", "ghost/versions/1", "orders/versions/0"])
+@pytest.mark.parametrize(
+    "path", ["orders/versions/3", "ghost", "ghost/versions", "ghost/versions/1", "orders/versions/0"]
+)
 def test_it_answers_404_for_unknown_names_and_versions(api, path):
     register(api, workflow("orders"))
     register(api, workflow("orders"))
@@ -410,7 +423,14 @@ def test_it_can_roll_forward_to_a_later_published_version(api):
         ([simple("a"), sub("call", "ghost")], "tasks[1].subWorkflowParam"),
         ([simple("a"), sub("call", "child", version=7)], "tasks[1].subWorkflowParam"),
         (
-            [{"name": "f", "taskReferenceName": "f", "type": "FORK_JOIN", "forkTasks": [[simple("x")], [sub("call", "ghost")]]}],
+            [
+                {
+                    "name": "f",
+                    "taskReferenceName": "f",
+                    "type": "FORK_JOIN",
+                    "forkTasks": [[simple("x")], [sub("call", "ghost")]],
+                }
+            ],
             "tasks[0].forkTasks[1][0].subWorkflowParam",
         ),
     ],
@@ -490,7 +510,9 @@ def test_it_rejects_a_sub_workflow_cycle(api):
 
 def test_it_rejects_a_workflow_calling_itself(api):
     leaf(api, "self_caller")
-    body = assert_error(api.post(URL, workflow("self_caller", sub("me", "self_caller"))), 400, "tasks[0].subWorkflowParam.name")
+    body = assert_error(
+        api.post(URL, workflow("self_caller", sub("me", "self_caller"))), 400, "tasks[0].subWorkflowParam.name"
+    )
     assert "cycle" in body["message"] and body["taskReferenceName"] == "me"
 
 
@@ -512,7 +534,7 @@ def test_it_rejects_a_cycle_that_appears_only_at_publish(api):
 def _chain(api, names: list[str]) -> None:
     """names[-1] is a leaf; each earlier name calls the next one."""
     leaf(api, names[-1])
-    for name, child in zip(reversed(names[:-1]), reversed(names[1:])):
+    for name, child in zip(reversed(names[:-1]), reversed(names[1:]), strict=False):
         register(api, workflow(name, sub(f"to_{child}", child)))
 
 
@@ -601,21 +623,38 @@ def _nested(depth: int) -> dict:
 
 
 def _loop(max_iterations: Any = None, **extra: Any) -> dict:
-    task = {"name": "l", "taskReferenceName": "loop", "type": "DO_WHILE", "loopCondition": "false",
-            "loopOver": [simple("body")], **extra}
+    task = {
+        "name": "l",
+        "taskReferenceName": "loop",
+        "type": "DO_WHILE",
+        "loopCondition": "false",
+        "loopOver": [simple("body")],
+        **extra,
+    }
     if max_iterations is not None:
         task["maxIterations"] = max_iterations
     return task
 
 
 def _fork(concurrency: Any) -> dict:
-    return {"name": "f", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [[simple("x")]],
-            "maxConcurrency": concurrency}
+    return {
+        "name": "f",
+        "taskReferenceName": "fork",
+        "type": "FORK_JOIN",
+        "forkTasks": [[simple("x")]],
+        "maxConcurrency": concurrency,
+    }
 
 
 def _dynamic(concurrency: Any) -> dict:
-    return {"name": "d", "taskReferenceName": "dyn", "type": "FORK_JOIN_DYNAMIC", "inputParameters": {"items": []},
-            "forkTask": simple("each"), "maxConcurrency": concurrency}
+    return {
+        "name": "d",
+        "taskReferenceName": "dyn",
+        "type": "FORK_JOIN_DYNAMIC",
+        "inputParameters": {"items": []},
+        "forkTask": simple("each"),
+        "maxConcurrency": concurrency,
+    }
 
 
 STATIC_LIMITS = [
@@ -631,13 +670,22 @@ STATIC_LIMITS = [
     ("fork 17", [_fork(17)], "tasks[0].maxConcurrency", "fork"),
     ("dynamic 0", [_dynamic(0)], "tasks[0].maxConcurrency", "dyn"),
     ("dynamic 17", [_dynamic(17)], "tasks[0].maxConcurrency", "dyn"),
-    ("loop in fork", [simple("a"), {"name": "f", "taskReferenceName": "fork", "type": "FORK_JOIN",
-                                     "forkTasks": [[_loop(1001)]]}], "tasks[1].forkTasks[0][0].maxIterations", "loop"),
+    (
+        "loop in fork",
+        [simple("a"), {"name": "f", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [[_loop(1001)]]}],
+        "tasks[1].forkTasks[0][0].maxIterations",
+        "loop",
+    ),
     ("retry override", [simple("a", retryCount=101)], "tasks[0].retryCount", "a"),
     ("own output", [simple("a", inputParameters={"x": "${a.output.x}"})], "tasks[0].inputParameters.x", "a"),
     ("item outside template", [simple("a", inputParameters={"x": "${item}"})], "tasks[0].inputParameters.x", "a"),
     ("bad expression", [simple("a", inputParameters={"x": "${workflow.input.}"})], "tasks[0].inputParameters.x", "a"),
-    ("join unknown", [{"name": "j", "taskReferenceName": "j", "type": "JOIN", "joinOn": ["ghost"]}], "tasks[0].joinOn", "j"),
+    (
+        "join unknown",
+        [{"name": "j", "taskReferenceName": "j", "type": "JOIN", "joinOn": ["ghost"]}],
+        "tasks[0].joinOn",
+        "j",
+    ),
 ]
 
 

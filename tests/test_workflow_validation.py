@@ -1,4 +1,5 @@
 """normalize_workflow: every static check of SPEC §4–§5, as tables. Pure: no database."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -41,7 +42,9 @@ def test_it_fills_in_defaults():
     assert out == {
         "name": "wf",
         "description": "",
-        "tasks": [{"name": "work", "taskReferenceName": "a", "type": "SIMPLE", "inputParameters": {}, "optional": False}],
+        "tasks": [
+            {"name": "work", "taskReferenceName": "a", "type": "SIMPLE", "inputParameters": {}, "optional": False}
+        ],
         "inputParameters": [],
         "outputParameters": {},
         "variables": {},
@@ -55,17 +58,27 @@ def test_it_fills_in_defaults():
 
 
 def test_it_fills_in_defaults_on_nested_tasks():
-    out = normalize_workflow(wf({"name": "f", "taskReferenceName": "f", "type": "FORK_JOIN", "forkTasks": [[simple("a")]]}))
+    out = normalize_workflow(
+        wf({"name": "f", "taskReferenceName": "f", "type": "FORK_JOIN", "forkTasks": [[simple("a")]]})
+    )
     assert out["tasks"][0]["forkTasks"][0][0] == {
-        "name": "work", "taskReferenceName": "a", "type": "SIMPLE", "inputParameters": {}, "optional": False,
+        "name": "work",
+        "taskReferenceName": "a",
+        "type": "SIMPLE",
+        "inputParameters": {},
+        "optional": False,
     }
 
 
 def test_it_keeps_given_values_over_defaults():
     out = normalize_workflow(wf(simple("a", optional=True, inputParameters={"x": 1}, description="d")))
     assert out["tasks"][0] == {
-        "name": "work", "taskReferenceName": "a", "type": "SIMPLE", "inputParameters": {"x": 1},
-        "optional": True, "description": "d",
+        "name": "work",
+        "taskReferenceName": "a",
+        "type": "SIMPLE",
+        "inputParameters": {"x": 1},
+        "optional": True,
+        "description": "d",
     }
 
 
@@ -76,13 +89,26 @@ def test_it_drops_read_only_fields_so_a_fetched_body_can_be_posted_back():
 
 
 def test_it_is_idempotent_on_its_own_output():
-    once = normalize_workflow(wf(
-        simple("a", inputParameters={"x": "${workflow.input.x}"}),
-        {"name": "dyn", "taskReferenceName": "dyn", "type": "FORK_JOIN_DYNAMIC",
-         "inputParameters": {"items": [1, 2]}, "forkTask": simple("each", inputParameters={"i": "${item}"})},
-        {"name": "sw", "taskReferenceName": "sw", "type": "SWITCH", "expression": "k",
-         "inputParameters": {"k": "${a.output.k}"}, "decisionCases": {"x": [simple("b")]}},
-    ))
+    once = normalize_workflow(
+        wf(
+            simple("a", inputParameters={"x": "${workflow.input.x}"}),
+            {
+                "name": "dyn",
+                "taskReferenceName": "dyn",
+                "type": "FORK_JOIN_DYNAMIC",
+                "inputParameters": {"items": [1, 2]},
+                "forkTask": simple("each", inputParameters={"i": "${item}"}),
+            },
+            {
+                "name": "sw",
+                "taskReferenceName": "sw",
+                "type": "SWITCH",
+                "expression": "k",
+                "inputParameters": {"k": "${a.output.k}"},
+                "decisionCases": {"x": [simple("b")]},
+            },
+        )
+    )
     assert normalize_workflow(once) == once
 
 
@@ -95,22 +121,38 @@ def _wrap(kind: str, inner: dict, ref: str) -> tuple[dict, str]:
         return {"name": "c", "taskReferenceName": ref, "type": kind, "forkTasks": [[inner]]}, ".forkTasks[0][0]"
     if kind == "DO_WHILE":
         return {
-            "name": "c", "taskReferenceName": ref, "type": kind, "loopCondition": "false",
-            "maxIterations": 1, "loopOver": [inner],
+            "name": "c",
+            "taskReferenceName": ref,
+            "type": kind,
+            "loopCondition": "false",
+            "maxIterations": 1,
+            "loopOver": [inner],
         }, ".loopOver[0]"
     if kind == "SWITCH":
         return {
-            "name": "c", "taskReferenceName": ref, "type": kind, "expression": "k",
-            "inputParameters": {"k": 1}, "decisionCases": {"one": [inner]},
+            "name": "c",
+            "taskReferenceName": ref,
+            "type": kind,
+            "expression": "k",
+            "inputParameters": {"k": 1},
+            "decisionCases": {"one": [inner]},
         }, ".decisionCases.one[0]"
     if kind == "SWITCH_DEFAULT":
         return {
-            "name": "c", "taskReferenceName": ref, "type": "SWITCH", "expression": "k",
-            "inputParameters": {"k": 1}, "defaultCase": [inner],
+            "name": "c",
+            "taskReferenceName": ref,
+            "type": "SWITCH",
+            "expression": "k",
+            "inputParameters": {"k": 1},
+            "defaultCase": [inner],
         }, ".defaultCase[0]"
     assert kind == "FORK_JOIN_DYNAMIC"
     return {
-        "name": "c", "taskReferenceName": ref, "type": kind, "inputParameters": {"items": [1]}, "forkTask": inner,
+        "name": "c",
+        "taskReferenceName": ref,
+        "type": kind,
+        "inputParameters": {"items": [1]},
+        "forkTask": inner,
     }, ".forkTask"
 
 
@@ -125,7 +167,7 @@ def nested(depth: int, kinds: list[str]) -> tuple[dict, list[tuple[str, str]]]:
     suffixes.reverse()
     refs = [f"c{level}" for level in reversed(range(depth - 1))] + ["leaf"]
     paths = ["tasks[0]" + "".join(suffixes[:level]) for level in range(depth)]
-    return wf(task), list(zip(paths, refs))
+    return wf(task), list(zip(paths, refs, strict=False))
 
 
 CONTAINER_MIXES = [
@@ -170,35 +212,67 @@ def _fork(ref: str, *branches: list[dict]) -> dict:
 
 
 def _loop(ref: str, *tasks: dict) -> dict:
-    return {"name": "l", "taskReferenceName": ref, "type": "DO_WHILE", "loopCondition": "false",
-            "maxIterations": 3, "loopOver": list(tasks)}
+    return {
+        "name": "l",
+        "taskReferenceName": ref,
+        "type": "DO_WHILE",
+        "loopCondition": "false",
+        "maxIterations": 3,
+        "loopOver": list(tasks),
+    }
 
 
 def _switch(ref: str, cases: dict, default: list | None = None) -> dict:
-    task = {"name": "s", "taskReferenceName": ref, "type": "SWITCH", "expression": "k",
-            "inputParameters": {"k": "x"}, "decisionCases": cases}
+    task = {
+        "name": "s",
+        "taskReferenceName": ref,
+        "type": "SWITCH",
+        "expression": "k",
+        "inputParameters": {"k": "x"},
+        "decisionCases": cases,
+    }
     if default is not None:
         task["defaultCase"] = default
     return task
 
 
 def _dynamic(ref: str, template: dict) -> dict:
-    return {"name": "d", "taskReferenceName": ref, "type": "FORK_JOIN_DYNAMIC",
-            "inputParameters": {"items": "${workflow.input.list}"}, "forkTask": template}
+    return {
+        "name": "d",
+        "taskReferenceName": ref,
+        "type": "FORK_JOIN_DYNAMIC",
+        "inputParameters": {"items": "${workflow.input.list}"},
+        "forkTask": template,
+    }
 
 
 DUPLICATES = [
     ("top level", wf(simple("a"), simple("a")), "tasks[1].taskReferenceName"),
     ("same as a fork", wf(_fork("a", [simple("a")])), "tasks[0].forkTasks[0][0].taskReferenceName"),
-    ("across fork branches", wf(_fork("f", [simple("a")], [simple("a")])), "tasks[0].forkTasks[1][0].taskReferenceName"),
+    (
+        "across fork branches",
+        wf(_fork("f", [simple("a")], [simple("a")])),
+        "tasks[0].forkTasks[1][0].taskReferenceName",
+    ),
     ("fork branch vs top", wf(_fork("f", [simple("b"), simple("a")]), simple("a")), "tasks[1].taskReferenceName"),
     ("inside a loop", wf(simple("a"), _loop("l", simple("b"), simple("a"))), "tasks[1].loopOver[1].taskReferenceName"),
-    ("switch case", wf(simple("a"), _switch("s", {"x": [simple("a")]})), "tasks[1].decisionCases.x[0].taskReferenceName"),
-    ("switch cases", wf(_switch("s", {"x": [simple("a")], "y": [simple("a")]})), "tasks[0].decisionCases.y[0].taskReferenceName"),
+    (
+        "switch case",
+        wf(simple("a"), _switch("s", {"x": [simple("a")]})),
+        "tasks[1].decisionCases.x[0].taskReferenceName",
+    ),
+    (
+        "switch cases",
+        wf(_switch("s", {"x": [simple("a")], "y": [simple("a")]})),
+        "tasks[0].decisionCases.y[0].taskReferenceName",
+    ),
     ("switch default", wf(simple("a"), _switch("s", {}, [simple("a")])), "tasks[1].defaultCase[0].taskReferenceName"),
     ("dynamic template", wf(simple("a"), _dynamic("d", simple("a"))), "tasks[1].forkTask.taskReferenceName"),
-    ("deep", wf(simple("a"), _fork("f", [_loop("l", _dynamic("d", simple("a")))])),
-     "tasks[1].forkTasks[0][0].loopOver[0].forkTask.taskReferenceName"),
+    (
+        "deep",
+        wf(simple("a"), _fork("f", [_loop("l", _dynamic("d", simple("a")))])),
+        "tasks[1].forkTasks[0][0].loopOver[0].forkTask.taskReferenceName",
+    ),
 ]
 
 
@@ -267,20 +341,20 @@ def test_it_rejects_a_body_that_is_not_an_object(body):
 # --- each type's own fields ------------------------------------------------
 
 
-def T(task_type: str, ref: str = "t", **fields: Any) -> dict:
+def typed(task_type: str, ref: str = "t", **fields: Any) -> dict:
     return {"name": "work", "taskReferenceName": ref, "type": task_type, **fields}
 
 
 def _sw(**fields: Any) -> dict:
-    return T("SWITCH", **{"expression": "k", "inputParameters": {"k": "${workflow.input.k}"}, **fields})
+    return typed("SWITCH", **{"expression": "k", "inputParameters": {"k": "${workflow.input.k}"}, **fields})
 
 
 def _dw(**fields: Any) -> dict:
-    return T("DO_WHILE", **{"loopCondition": "$.i < 3", "maxIterations": 3, "loopOver": [simple("body")], **fields})
+    return typed("DO_WHILE", **{"loopCondition": "$.i < 3", "maxIterations": 3, "loopOver": [simple("body")], **fields})
 
 
 def _dyn(**fields: Any) -> dict:
-    return T("FORK_JOIN_DYNAMIC", **{"inputParameters": {"items": [1, 2]}, "forkTask": simple("each"), **fields})
+    return typed("FORK_JOIN_DYNAMIC", **{"inputParameters": {"items": [1, 2]}, "forkTask": simple("each"), **fields})
 
 
 def _without(task: dict, key: str) -> dict:
@@ -288,7 +362,7 @@ def _without(task: dict, key: str) -> dict:
 
 
 def _inputs(task_type: str, **inputs: Any) -> dict:
-    return T(task_type, inputParameters=inputs)
+    return typed(task_type, inputParameters=inputs)
 
 
 HTTP_OK = {"uri": "https://example.com/x", "method": "POST"}
@@ -299,20 +373,20 @@ TYPE_ACCEPTED = [
     ("switch javascript", _sw(evaluatorType="javascript", expression="$.k > 1 ? 'big' : 'small'", inputParameters={})),
     ("switch empty branches", _sw(decisionCases={"a": []}, defaultCase=[])),
     ("switch no cases", _sw()),
-    ("fork", T("FORK_JOIN", forkTasks=[[simple("x")], [simple("y"), simple("z")]])),
-    ("fork concurrency 1", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=1)),
-    ("fork concurrency 16", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=16)),
-    ("join", T("JOIN", joinOn=[])),
+    ("fork", typed("FORK_JOIN", forkTasks=[[simple("x")], [simple("y"), simple("z")]])),
+    ("fork concurrency 1", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=1)),
+    ("fork concurrency 16", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=16)),
+    ("join", typed("JOIN", joinOn=[])),
     ("dynamic", _dyn()),
     ("dynamic items expression", _dyn(inputParameters={"items": "${workflow.input.list}"})),
     ("dynamic concurrency 1", _dyn(maxConcurrency=1)),
     ("dynamic concurrency 16", _dyn(maxConcurrency=16)),
     ("loop 1", _dw(maxIterations=1)),
     ("loop 1000", _dw(maxIterations=1000)),
-    ("sub no version", T("SUB_WORKFLOW", subWorkflowParam={"name": "child"})),
-    ("sub version", T("SUB_WORKFLOW", subWorkflowParam={"name": "child", "version": 2})),
-    ("sub null version", T("SUB_WORKFLOW", subWorkflowParam={"name": "child", "version": None})),
-    ("terminate default", T("TERMINATE")),
+    ("sub no version", typed("SUB_WORKFLOW", subWorkflowParam={"name": "child"})),
+    ("sub version", typed("SUB_WORKFLOW", subWorkflowParam={"name": "child", "version": 2})),
+    ("sub null version", typed("SUB_WORKFLOW", subWorkflowParam={"name": "child", "version": None})),
+    ("terminate default", typed("TERMINATE")),
     ("terminate completed", _inputs("TERMINATE", terminationStatus="COMPLETED")),
     ("terminate failed", _inputs("TERMINATE", terminationStatus="FAILED", terminationReason="r")),
     ("terminate terminated", _inputs("TERMINATE", terminationStatus="TERMINATED")),
@@ -348,7 +422,7 @@ TYPE_ACCEPTED = [
     ("webhook wait", _inputs("WAIT_FOR_WEBHOOK", matches={"$.id": "${workflow.input.id}"})),
     ("webhook wait empty", _inputs("WAIT_FOR_WEBHOOK", matches={})),
     ("human", _inputs("HUMAN", form={"fields": []})),
-    ("pull default", T("PULL_WORKFLOW_MESSAGES")),
+    ("pull default", typed("PULL_WORKFLOW_MESSAGES")),
     ("pull 1", _inputs("PULL_WORKFLOW_MESSAGES", batchSize=1)),
     ("pull 100", _inputs("PULL_WORKFLOW_MESSAGES", batchSize=100)),
     ("pull expression", _inputs("PULL_WORKFLOW_MESSAGES", batchSize="${workflow.input.n}")),
@@ -373,22 +447,22 @@ TYPE_REJECTED = [
     ("switch case not list", _sw(decisionCases={"a": simple("x")}), "decisionCases.a"),
     ("switch default not list", _sw(defaultCase="x"), "defaultCase"),
     # FORK_JOIN
-    ("fork no branches", T("FORK_JOIN"), "forkTasks"),
-    ("fork empty", T("FORK_JOIN", forkTasks=[]), "forkTasks"),
-    ("fork not list", T("FORK_JOIN", forkTasks={"a": []}), "forkTasks"),
-    ("fork empty branch", T("FORK_JOIN", forkTasks=[[simple("x")], []]), "forkTasks[1]"),
-    ("fork branch not list", T("FORK_JOIN", forkTasks=[simple("x")]), "forkTasks[0]"),
-    ("fork concurrency 0", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=0), "maxConcurrency"),
-    ("fork concurrency 17", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=17), "maxConcurrency"),
-    ("fork concurrency -1", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=-1), "maxConcurrency"),
-    ("fork concurrency str", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency="4"), "maxConcurrency"),
-    ("fork concurrency float", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=2.5), "maxConcurrency"),
-    ("fork concurrency bool", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=True), "maxConcurrency"),
-    ("fork concurrency null", T("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=None), "maxConcurrency"),
+    ("fork no branches", typed("FORK_JOIN"), "forkTasks"),
+    ("fork empty", typed("FORK_JOIN", forkTasks=[]), "forkTasks"),
+    ("fork not list", typed("FORK_JOIN", forkTasks={"a": []}), "forkTasks"),
+    ("fork empty branch", typed("FORK_JOIN", forkTasks=[[simple("x")], []]), "forkTasks[1]"),
+    ("fork branch not list", typed("FORK_JOIN", forkTasks=[simple("x")]), "forkTasks[0]"),
+    ("fork concurrency 0", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=0), "maxConcurrency"),
+    ("fork concurrency 17", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=17), "maxConcurrency"),
+    ("fork concurrency -1", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=-1), "maxConcurrency"),
+    ("fork concurrency str", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency="4"), "maxConcurrency"),
+    ("fork concurrency float", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=2.5), "maxConcurrency"),
+    ("fork concurrency bool", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=True), "maxConcurrency"),
+    ("fork concurrency null", typed("FORK_JOIN", forkTasks=[[simple("x")]], maxConcurrency=None), "maxConcurrency"),
     # JOIN
-    ("join not list", T("JOIN", joinOn="a"), "joinOn"),
-    ("join not strings", T("JOIN", joinOn=[1]), "joinOn"),
-    ("join unknown ref", T("JOIN", joinOn=["ghost"]), "joinOn"),
+    ("join not list", typed("JOIN", joinOn="a"), "joinOn"),
+    ("join not strings", typed("JOIN", joinOn=[1]), "joinOn"),
+    ("join unknown ref", typed("JOIN", joinOn=["ghost"]), "joinOn"),
     # FORK_JOIN_DYNAMIC
     ("dynamic no template", _without(_dyn(), "forkTask"), "forkTask"),
     ("dynamic template not object", _dyn(forkTask=[simple("each")]), "forkTask"),
@@ -413,16 +487,24 @@ TYPE_REJECTED = [
     ("loop empty body", _dw(loopOver=[]), "loopOver"),
     ("loop body not list", _dw(loopOver=simple("x")), "loopOver"),
     # SUB_WORKFLOW
-    ("sub no param", T("SUB_WORKFLOW"), "subWorkflowParam.name"),
-    ("sub param not object", T("SUB_WORKFLOW", subWorkflowParam="child"), "subWorkflowParam.name"),
-    ("sub no name", T("SUB_WORKFLOW", subWorkflowParam={"version": 1}), "subWorkflowParam.name"),
-    ("sub bad name", T("SUB_WORKFLOW", subWorkflowParam={"name": "bad name"}), "subWorkflowParam.name"),
-    ("sub unknown field", T("SUB_WORKFLOW", subWorkflowParam={"name": "c", "input": {}}), "subWorkflowParam.input"),
-    ("sub version 0", T("SUB_WORKFLOW", subWorkflowParam={"name": "c", "version": 0}), "subWorkflowParam.version"),
-    ("sub version str", T("SUB_WORKFLOW", subWorkflowParam={"name": "c", "version": "1"}), "subWorkflowParam.version"),
-    ("sub version huge", T("SUB_WORKFLOW", subWorkflowParam={"name": "c", "version": 2**31}), "subWorkflowParam.version"),
+    ("sub no param", typed("SUB_WORKFLOW"), "subWorkflowParam.name"),
+    ("sub param not object", typed("SUB_WORKFLOW", subWorkflowParam="child"), "subWorkflowParam.name"),
+    ("sub no name", typed("SUB_WORKFLOW", subWorkflowParam={"version": 1}), "subWorkflowParam.name"),
+    ("sub bad name", typed("SUB_WORKFLOW", subWorkflowParam={"name": "bad name"}), "subWorkflowParam.name"),
+    ("sub unknown field", typed("SUB_WORKFLOW", subWorkflowParam={"name": "c", "input": {}}), "subWorkflowParam.input"),
+    ("sub version 0", typed("SUB_WORKFLOW", subWorkflowParam={"name": "c", "version": 0}), "subWorkflowParam.version"),
+    (
+        "sub version str",
+        typed("SUB_WORKFLOW", subWorkflowParam={"name": "c", "version": "1"}),
+        "subWorkflowParam.version",
+    ),
+    (
+        "sub version huge",
+        typed("SUB_WORKFLOW", subWorkflowParam={"name": "c", "version": 2**31}),
+        "subWorkflowParam.version",
+    ),
     # WAIT
-    ("wait neither", T("WAIT"), "inputParameters.duration"),
+    ("wait neither", typed("WAIT"), "inputParameters.duration"),
     ("wait both", _inputs("WAIT", duration="5s", until="2026-12-01T09:00:00Z"), "inputParameters.duration"),
     ("wait bad unit", _inputs("WAIT", duration="5x"), "inputParameters.duration"),
     ("wait two units", _inputs("WAIT", duration="1h30m"), "inputParameters.duration"),
@@ -436,34 +518,58 @@ TYPE_REJECTED = [
     ("wait until words", _inputs("WAIT", until="tomorrow"), "inputParameters.until"),
     ("wait until number", _inputs("WAIT", until=1767225600), "inputParameters.until"),
     # HTTP / HTTP_POLL / WEBHOOK
-    ("http no request", T("HTTP"), "inputParameters.http_request"),
+    ("http no request", typed("HTTP"), "inputParameters.http_request"),
     ("http request not object", _inputs("HTTP", http_request="https://x"), "inputParameters.http_request.uri"),
     ("http no uri", _inputs("HTTP", http_request={"method": "GET"}), "inputParameters.http_request.uri"),
     ("http empty uri", _inputs("HTTP", http_request={"uri": ""}), "inputParameters.http_request.uri"),
     ("http uri not str", _inputs("HTTP", http_request={"uri": 5}), "inputParameters.http_request.uri"),
-    ("http bad method", _inputs("HTTP", http_request={"uri": "u", "method": "FETCH"}), "inputParameters.http_request.method"),
-    ("http lowercase method", _inputs("HTTP", http_request={"uri": "u", "method": "get"}), "inputParameters.http_request.method"),
+    (
+        "http bad method",
+        _inputs("HTTP", http_request={"uri": "u", "method": "FETCH"}),
+        "inputParameters.http_request.method",
+    ),
+    (
+        "http lowercase method",
+        _inputs("HTTP", http_request={"uri": "u", "method": "get"}),
+        "inputParameters.http_request.method",
+    ),
     ("http poll no condition", _inputs("HTTP_POLL", http_request=HTTP_OK), "inputParameters.terminationCondition"),
-    ("http poll no uri", _inputs("HTTP_POLL", http_request={}, terminationCondition="true"), "inputParameters.http_request.uri"),
+    (
+        "http poll no uri",
+        _inputs("HTTP_POLL", http_request={}, terminationCondition="true"),
+        "inputParameters.http_request.uri",
+    ),
     ("webhook no url", _inputs("WEBHOOK", payload={}), "inputParameters.url"),
     # GRPC
-    ("grpc no request", T("GRPC"), "inputParameters.grpc_request"),
+    ("grpc no request", typed("GRPC"), "inputParameters.grpc_request"),
     ("grpc request not object", _inputs("GRPC", grpc_request=["h"]), "inputParameters.grpc_request"),
     ("grpc no host", _inputs("GRPC", grpc_request=_without(GRPC_OK, "host")), "inputParameters.grpc_request.host"),
-    ("grpc no service", _inputs("GRPC", grpc_request=_without(GRPC_OK, "service")), "inputParameters.grpc_request.service"),
-    ("grpc no method", _inputs("GRPC", grpc_request=_without(GRPC_OK, "method")), "inputParameters.grpc_request.method"),
+    (
+        "grpc no service",
+        _inputs("GRPC", grpc_request=_without(GRPC_OK, "service")),
+        "inputParameters.grpc_request.service",
+    ),
+    (
+        "grpc no method",
+        _inputs("GRPC", grpc_request=_without(GRPC_OK, "method")),
+        "inputParameters.grpc_request.method",
+    ),
     ("grpc empty host", _inputs("GRPC", grpc_request={**GRPC_OK, "host": ""}), "inputParameters.grpc_request.host"),
     # INLINE
     ("inline no expression", _inputs("INLINE", evaluatorType="javascript"), "inputParameters.expression"),
     ("inline blank expression", _inputs("INLINE", expression=" "), "inputParameters.expression"),
     ("inline expression not str", _inputs("INLINE", expression=5), "inputParameters.expression"),
-    ("inline bad evaluator", _inputs("INLINE", evaluatorType="python", expression="1"), "inputParameters.evaluatorType"),
+    (
+        "inline bad evaluator",
+        _inputs("INLINE", evaluatorType="python", expression="1"),
+        "inputParameters.evaluatorType",
+    ),
     # JSON_JQ_TRANSFORM
     ("jq no query", _inputs("JSON_JQ_TRANSFORM", a=1), "inputParameters.queryExpression"),
     ("jq query not str", _inputs("JSON_JQ_TRANSFORM", queryExpression=5), "inputParameters.queryExpression"),
     ("jq blank query", _inputs("JSON_JQ_TRANSFORM", queryExpression=""), "inputParameters.queryExpression"),
     # WAIT_FOR_WEBHOOK
-    ("webhook wait no matches", T("WAIT_FOR_WEBHOOK"), "inputParameters.matches"),
+    ("webhook wait no matches", typed("WAIT_FOR_WEBHOOK"), "inputParameters.matches"),
     ("webhook wait matches list", _inputs("WAIT_FOR_WEBHOOK", matches=[["$.id", 1]]), "inputParameters.matches"),
     ("webhook wait matches str", _inputs("WAIT_FOR_WEBHOOK", matches="$.id"), "inputParameters.matches"),
     # TERMINATE
@@ -503,7 +609,7 @@ def test_it_defaults_dynamic_fork_concurrency_to_4(given, expected):
 
 
 def test_it_leaves_fork_concurrency_unset_when_absent():
-    out = normalize_workflow(wf(T("FORK_JOIN", forkTasks=[[simple("x")]])))
+    out = normalize_workflow(wf(typed("FORK_JOIN", forkTasks=[[simple("x")]])))
     assert "maxConcurrency" not in out["tasks"][0]
 
 
@@ -519,7 +625,7 @@ def test_it_stringifies_switch_case_keys():
 
 
 def test_it_normalises_sub_workflow_version_to_null_when_absent():
-    out = normalize_workflow(wf(T("SUB_WORKFLOW", subWorkflowParam={"name": "child"})))
+    out = normalize_workflow(wf(typed("SUB_WORKFLOW", subWorkflowParam={"name": "child"})))
     assert out["tasks"][0]["subWorkflowParam"] == {"name": "child", "version": None}
 
 
@@ -545,8 +651,12 @@ WORKFLOW_ACCEPTED = [
         "rateLimitConfig",
         {"rateLimitKey": "${workflow.input.tenantId}", "concurrentExecLimit": 1},
     ),
-    ("rate limit literal key", {"rateLimitConfig": {"rateLimitKey": "all", "concurrentExecLimit": 3}},
-     "rateLimitConfig", {"rateLimitKey": "all", "concurrentExecLimit": 3}),
+    (
+        "rate limit literal key",
+        {"rateLimitConfig": {"rateLimitKey": "all", "concurrentExecLimit": 3}},
+        "rateLimitConfig",
+        {"rateLimitKey": "all", "concurrentExecLimit": 3},
+    ),
     ("rate limit null", {"rateLimitConfig": None}, "rateLimitConfig", None),
 ]
 
@@ -585,13 +695,32 @@ WORKFLOW_REJECTED = [
     ("max executions huge", {"maxConcurrentExecutions": 10**12}, "maxConcurrentExecutions"),
     ("rate limit not object", {"rateLimitConfig": "tenant"}, "rateLimitConfig"),
     ("rate limit empty", {"rateLimitConfig": {}}, "rateLimitConfig.rateLimitKey"),
-    ("rate limit blank key", {"rateLimitConfig": {"rateLimitKey": "", "concurrentExecLimit": 1}}, "rateLimitConfig.rateLimitKey"),
+    (
+        "rate limit blank key",
+        {"rateLimitConfig": {"rateLimitKey": "", "concurrentExecLimit": 1}},
+        "rateLimitConfig.rateLimitKey",
+    ),
     ("rate limit no limit", {"rateLimitConfig": {"rateLimitKey": "k"}}, "rateLimitConfig.concurrentExecLimit"),
-    ("rate limit 0", {"rateLimitConfig": {"rateLimitKey": "k", "concurrentExecLimit": 0}}, "rateLimitConfig.concurrentExecLimit"),
-    ("rate limit str", {"rateLimitConfig": {"rateLimitKey": "k", "concurrentExecLimit": "1"}}, "rateLimitConfig.concurrentExecLimit"),
-    ("rate limit extra", {"rateLimitConfig": {"rateLimitKey": "k", "concurrentExecLimit": 1, "per": 1}}, "rateLimitConfig.per"),
-    ("rate limit bad expression", {"rateLimitConfig": {"rateLimitKey": "${ghost.output.x}", "concurrentExecLimit": 1}},
-     "rateLimitConfig.rateLimitKey"),
+    (
+        "rate limit 0",
+        {"rateLimitConfig": {"rateLimitKey": "k", "concurrentExecLimit": 0}},
+        "rateLimitConfig.concurrentExecLimit",
+    ),
+    (
+        "rate limit str",
+        {"rateLimitConfig": {"rateLimitKey": "k", "concurrentExecLimit": "1"}},
+        "rateLimitConfig.concurrentExecLimit",
+    ),
+    (
+        "rate limit extra",
+        {"rateLimitConfig": {"rateLimitKey": "k", "concurrentExecLimit": 1, "per": 1}},
+        "rateLimitConfig.per",
+    ),
+    (
+        "rate limit bad expression",
+        {"rateLimitConfig": {"rateLimitKey": "${ghost.output.x}", "concurrentExecLimit": 1}},
+        "rateLimitConfig.rateLimitKey",
+    ),
     ("output bad expression", {"outputParameters": {"r": "${workflow.nope}"}}, "outputParameters.r"),
     ("output unknown ref", {"outputParameters": {"r": {"deep": ["${ghost.output}"]}}}, "outputParameters.r.deep[0]"),
     ("output item", {"outputParameters": {"r": "${item}"}}, "outputParameters.r"),
@@ -726,14 +855,30 @@ def test_it_accepts_item_in_tasks_nested_inside_a_dynamic_fork_template():
 
 
 OUTSIDE_TEMPLATE = [
-    ("on the dynamic fork itself", wf(_dynamic("d", simple("each")) | {"inputParameters": {"items": "${item}"}}),
-     "tasks[0].inputParameters.items", "d"),
-    ("after the dynamic fork", wf(_dynamic("d", simple("each")), simple("after", inputParameters={"v": "${index}"})),
-     "tasks[1].inputParameters.v", "after"),
-    ("in a plain fork", wf(_fork("f", [simple("x", inputParameters={"v": "${item}"})])),
-     "tasks[0].forkTasks[0][0].inputParameters.v", "x"),
-    ("in a loop", wf(_loop("l", simple("x", inputParameters={"v": "${index}"}))),
-     "tasks[0].loopOver[0].inputParameters.v", "x"),
+    (
+        "on the dynamic fork itself",
+        wf(_dynamic("d", simple("each")) | {"inputParameters": {"items": "${item}"}}),
+        "tasks[0].inputParameters.items",
+        "d",
+    ),
+    (
+        "after the dynamic fork",
+        wf(_dynamic("d", simple("each")), simple("after", inputParameters={"v": "${index}"})),
+        "tasks[1].inputParameters.v",
+        "after",
+    ),
+    (
+        "in a plain fork",
+        wf(_fork("f", [simple("x", inputParameters={"v": "${item}"})])),
+        "tasks[0].forkTasks[0][0].inputParameters.v",
+        "x",
+    ),
+    (
+        "in a loop",
+        wf(_loop("l", simple("x", inputParameters={"v": "${index}"}))),
+        "tasks[0].loopOver[0].inputParameters.v",
+        "x",
+    ),
 ]
 
 
@@ -743,11 +888,11 @@ def test_it_rejects_item_and_index_outside_a_dynamic_fork_template(body, field, 
     assert "FORK_JOIN_DYNAMIC" in error.message
 
 
-@pytest.mark.parametrize(
-    "value", ["${a.output.x}", "${a.input.y}", "${a.status}", "prefix ${a.output}"]
-)
+@pytest.mark.parametrize("value", ["${a.output.x}", "${a.input.y}", "${a.status}", "prefix ${a.output}"])
 def test_it_rejects_a_task_reading_its_own_state(value):
-    error = assert_rejected(wf(simple("z"), simple("a", inputParameters={"v": value})), "tasks[1].inputParameters.v", "a")
+    error = assert_rejected(
+        wf(simple("z"), simple("a", inputParameters={"v": value})), "tasks[1].inputParameters.v", "a"
+    )
     assert "its own" in error.message
 
 
@@ -773,7 +918,7 @@ def test_it_lets_a_loop_child_read_its_loops_output():
     ],
 )
 def test_it_checks_join_on_names_known_references(join_on, ok):
-    body = wf(_fork("f", [simple("a")], [simple("b"), simple("x_in_branch")]), T("JOIN", ref="j", joinOn=join_on))
+    body = wf(_fork("f", [simple("a")], [simple("b"), simple("x_in_branch")]), typed("JOIN", ref="j", joinOn=join_on))
     if ok:
         assert normalize_workflow(body)["tasks"][1]["joinOn"] == join_on
     else:
@@ -832,8 +977,18 @@ def test_it_rejects_workflow_level_values_json_cannot_hold(fields, where):
 
 @pytest.mark.parametrize(
     "value,seconds",
-    [(0, 0.0), (30, 30.0), (1.5, 1.5), ("10", 10.0), ("30s", 30.0), ("5m", 300.0), ("2h", 7200.0),
-     ("1d", 86400.0), ("1.5h", 5400.0), (" 5 m ", 300.0)],
+    [
+        (0, 0.0),
+        (30, 30.0),
+        (1.5, 1.5),
+        ("10", 10.0),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("2h", 7200.0),
+        ("1d", 86400.0),
+        ("1.5h", 5400.0),
+        (" 5 m ", 300.0),
+    ],
 )
 def test_it_parses_wait_durations(value, seconds):
     assert durations.parse_duration(value) == seconds
@@ -868,12 +1023,14 @@ def test_it_refuses_bad_wait_instants(value):
 
 
 def test_it_walks_every_nested_task_with_its_path():
-    out = normalize_workflow(wf(
-        simple("a"),
-        _fork("f", [simple("b")], [_loop("l", simple("c"))]),
-        _switch("s", {"x": [simple("d")]}, [simple("e")]),
-        _dynamic("dyn", _fork("tf", [simple("g")])),
-    ))
+    out = normalize_workflow(
+        wf(
+            simple("a"),
+            _fork("f", [simple("b")], [_loop("l", simple("c"))]),
+            _switch("s", {"x": [simple("d")]}, [simple("e")]),
+            _dynamic("dyn", _fork("tf", [simple("g")])),
+        )
+    )
     assert [(task["taskReferenceName"], where) for task, where in walk_tasks(out["tasks"])] == [
         ("a", "tasks[0]"),
         ("f", "tasks[1]"),
@@ -891,8 +1048,16 @@ def test_it_walks_every_nested_task_with_its_path():
 
 @pytest.mark.parametrize(
     "task_type,kind",
-    [("SIMPLE", "worker"), ("SWITCH", "operator"), ("SUB_WORKFLOW", "operator"), ("SET_VARIABLE", "operator"),
-     ("HTTP", "system"), ("INLINE", "system"), ("WAIT", "waiting"), ("HUMAN", "waiting")],
+    [
+        ("SIMPLE", "worker"),
+        ("SWITCH", "operator"),
+        ("SUB_WORKFLOW", "operator"),
+        ("SET_VARIABLE", "operator"),
+        ("HTTP", "system"),
+        ("INLINE", "system"),
+        ("WAIT", "waiting"),
+        ("HUMAN", "waiting"),
+    ],
 )
 def test_it_sorts_each_type_into_its_kind(task_type, kind):
     assert task_types.kind_of(task_type) == kind

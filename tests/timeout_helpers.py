@@ -1,9 +1,10 @@
 """Helpers for the retry, timeout, deadline and cancellation tests."""
+
 from __future__ import annotations
 
 import datetime as dt
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from prometheus_client import REGISTRY
 
@@ -43,13 +44,25 @@ def timers_of(execution_id: str, kind: str | None = None) -> list[Timer]:
 
 
 def sub_workflow(ref: str, child: str, inputs: dict | None = None, **fields) -> dict:
-    return {"name": "call_" + child, "taskReferenceName": ref, "type": "SUB_WORKFLOW",
-            "subWorkflowParam": {"name": child}, "inputParameters": inputs or {}, **fields}
+    return {
+        "name": "call_" + child,
+        "taskReferenceName": ref,
+        "type": "SUB_WORKFLOW",
+        "subWorkflowParam": {"name": child},
+        "inputParameters": inputs or {},
+        **fields,
+    }
 
 
 def loop(ref: str, condition: str, *body: dict, max_iterations: int = 100) -> dict:
-    return {"name": ref, "taskReferenceName": ref, "type": "DO_WHILE", "loopCondition": condition,
-            "loopOver": list(body), "maxIterations": max_iterations}
+    return {
+        "name": ref,
+        "taskReferenceName": ref,
+        "type": "DO_WHILE",
+        "loopCondition": condition,
+        "loopOver": list(body),
+        "maxIterations": max_iterations,
+    }
 
 
 def child_of(api, parent: dict, ref: str = "sub") -> dict:

@@ -20,6 +20,7 @@ executions is measured (and counted) apart from draining them. The machine may b
 taken right before its drain (and again at the start), and each phase notes
 the load average it ran under.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -66,15 +67,18 @@ def start_server(stack: Stack, *, keep_alive: bool = True) -> None:
     (one GIL) while the others idle. Without keep-alive each request's
     connection goes to whichever process accepts it first, a free one, as
     it would through a proxy that opens a connection per request."""
-    stack.add_gunicorn("gunicorn", stack.port, workers=SERVER_WORKERS, threads=SERVER_THREADS,
-                       keep_alive_s=5 if keep_alive else 0)
+    stack.add_gunicorn(
+        "gunicorn", stack.port, workers=SERVER_WORKERS, threads=SERVER_THREADS, keep_alive_s=5 if keep_alive else 0
+    )
     stack.add_role("decider", "nodeflow_decider")
     stack.add_role("sweeper", "nodeflow_sweeper")
     stack.wait_for_api()
 
 
 class Bench:
-    def __init__(self, *, admin_url: str, tasks: int, unbatched_tasks: int, latency_runs: int, out: Callable[[str], None]):
+    def __init__(
+        self, *, admin_url: str, tasks: int, unbatched_tasks: int, latency_runs: int, out: Callable[[str], None]
+    ):
         self.admin_url = admin_url
         self.db_name = "nodeflow_bench"
         self.tasks, self.unbatched_tasks, self.latency_runs = tasks, unbatched_tasks, latency_runs
@@ -105,7 +109,11 @@ class Bench:
         self.admin(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
         self.admin(f"CREATE DATABASE {self.db_name}")
         self.stack.manage("migrate", "--noinput", "-v", "0")
-        key = self.stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin").strip().splitlines()[-1]
+        key = (
+            self.stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin")
+            .strip()
+            .splitlines()[-1]
+        )
         start_server(self.stack)
         client = Client(self.stack.url, key)
         self.register(client)
@@ -115,10 +123,15 @@ class Bench:
         post = lambda path, body: client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()  # noqa: E731
         for name in (TASK, STEP):
             post("metadata/task-definitions", {"name": name, "retryCount": 0})
-        post("metadata/workflow-definitions", {"name": "bench_one", "tasks": [{"name": TASK, "taskReferenceName": "t"}]})
+        post(
+            "metadata/workflow-definitions", {"name": "bench_one", "tasks": [{"name": TASK, "taskReferenceName": "t"}]}
+        )
         steps = [{"name": STEP, "taskReferenceName": f"s{i}"} for i in range(10)]
         post("metadata/workflow-definitions", {"name": "bench_ten", "tasks": steps})
-        post("metadata/workflow-definitions", {"name": "bench_dispatch", "tasks": [{"name": "bench_dispatch", "taskReferenceName": "d"}]})
+        post(
+            "metadata/workflow-definitions",
+            {"name": "bench_dispatch", "tasks": [{"name": "bench_dispatch", "taskReferenceName": "d"}]},
+        )
 
     # --- phases ----------------------------------------------------------
     def baseline(self) -> float:
@@ -130,9 +143,15 @@ class Bench:
         conn = ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
         subprocess.run(["pgbench", *conn, "-i", "-s", "1", "-q", name], check=True, capture_output=True)
         with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-            script.write("\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n")
-        done = subprocess.run(["pgbench", *conn, "-n", "-c", "4", "-j", "2", "-T", "10", "-f", script.name, name],
-                              check=True, capture_output=True, text=True)
+            script.write(
+                "\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n"
+            )
+        done = subprocess.run(
+            ["pgbench", *conn, "-n", "-c", "4", "-j", "2", "-T", "10", "-f", script.name, name],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         return float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))
 
@@ -188,8 +207,9 @@ class Bench:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: client.poll("bench_warmup", worker_id="warmup"), range(12)))
 
-    def throughput(self, client: Client, *, label: str, count: int, batch: int, threads: int,
-                   baseline: bool = False) -> dict:
+    def throughput(
+        self, client: Client, *, label: str, count: int, batch: int, threads: int, baseline: bool = False
+    ) -> dict:
         before = self.commits()
         start_server(self.stack, keep_alive=False)
         start_rate = self.start_many(client, "bench_one", count)
@@ -229,8 +249,12 @@ class Bench:
                     leased = client.poll(STEP, worker_id="seq", count=1, wait_s=5)
                 client.complete(leased[0], {"ok": True})
             latencies.append((time.perf_counter() - started) * 1000)
-        return {"p50Ms": round(percentile(latencies, 0.5), 2), "p99Ms": round(percentile(latencies, 0.99), 2),
-                "runs": len(latencies), "loadAverage": round(os.getloadavg()[0], 2)}
+        return {
+            "p50Ms": round(percentile(latencies, 0.5), 2),
+            "p99Ms": round(percentile(latencies, 0.99), 2),
+            "runs": len(latencies),
+            "loadAverage": round(os.getloadavg()[0], 2),
+        }
 
     def dispatch_latency(self, client: Client) -> dict:
         """A worker waits in a long-poll; latency = receipt - scheduledAt."""
@@ -256,8 +280,12 @@ class Bench:
             time.sleep(0.05)
         stop.set()
         thread.join(timeout=5)
-        return {"p50Ms": round(percentile(latencies, 0.5), 2), "p99Ms": round(percentile(latencies, 0.99), 2),
-                "runs": len(latencies), "loadAverage": round(os.getloadavg()[0], 2)}
+        return {
+            "p50Ms": round(percentile(latencies, 0.5), 2),
+            "p99Ms": round(percentile(latencies, 0.99), 2),
+            "runs": len(latencies),
+            "loadAverage": round(os.getloadavg()[0], 2),
+        }
 
     def run(self) -> dict:
         # The benchmark's workers share the two cores with the server: tune
@@ -292,8 +320,10 @@ class Bench:
             "tenStepWorkflowLatency": sequential,
             "dispatchLatency": dispatch,
             "commitsPerTask": {
-                "unbatchedDrain": unbatched["commitsPerTaskDrain"], "unbatchedWithStart": unbatched["commitsPerTaskWithStart"],
-                "batchedDrain": batched["commitsPerTaskDrain"], "batchedWithStart": batched["commitsPerTaskWithStart"],
+                "unbatchedDrain": unbatched["commitsPerTaskDrain"],
+                "unbatchedWithStart": unbatched["commitsPerTaskWithStart"],
+                "batchedDrain": batched["commitsPerTaskDrain"],
+                "batchedWithStart": batched["commitsPerTaskWithStart"],
             },
             "machine": {"cpus": os.cpu_count(), "loadAverageAtEnd": round(os.getloadavg()[0], 2)},
         }

@@ -18,6 +18,7 @@ own, created at the start and dropped at the end. On a server with
 autovacuum off it vacuums the main tables after each purge itself, or their
 files would only grow however few rows they keep.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -42,8 +43,14 @@ from tools.stack import PYTHON, Stack, with_database
 WORKFLOW = "soak_flow"
 QUEUES = ("soak_a", "soak_b")
 TABLES = (
-    "executions_execution", "executions_task", "executions_timer", "executions_deciderequest",
-    "quotas_semaphoreholder", "quotas_admission", "quotas_ratewindow", "quotas_workerpoll",
+    "executions_execution",
+    "executions_task",
+    "executions_timer",
+    "executions_deciderequest",
+    "quotas_semaphoreholder",
+    "quotas_admission",
+    "quotas_ratewindow",
+    "quotas_workerpoll",
 )
 # Executions that ended within this of "now" may not have committed yet:
 # they are counted in the next look.
@@ -67,28 +74,51 @@ class Options:
 
 # --- the workload -------------------------------------------------------------
 
+
 def register(client: Client) -> None:
     def post(path: str, body: dict) -> None:
         client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()
 
     for name in QUEUES:
-        post("metadata/task-definitions", {"name": name, "retryCount": 2, "retryDelaySeconds": 0.1,
-                                            "startToCloseTimeout": 30})
+        post(
+            "metadata/task-definitions",
+            {"name": name, "retryCount": 2, "retryDelaySeconds": 0.1, "startToCloseTimeout": 30},
+        )
     post("metadata/task-definitions", {"name": "soak_sum", "retryCount": 2, "startToCloseTimeout": 30})
-    post("metadata/workflow-definitions", {
-        "name": WORKFLOW,
-        "tasks": [
-            {"name": "soak_a", "taskReferenceName": "first", "inputParameters": {"value": "${workflow.input.n}"}},
-            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [
-                [{"name": "soak_b", "taskReferenceName": "left", "inputParameters": {"value": "${first.output.value}"}}],
-                [{"name": "soak_sum", "taskReferenceName": "right", "type": "JSON_JQ_TRANSFORM", "inputParameters": {
-                    "value": "${first.output.value}", "queryExpression": ".value * 2"}}],
-            ]},
-            {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["left", "right"]},
-            {"name": "soak_a", "taskReferenceName": "last", "inputParameters": {"value": "${left.output.value}"}},
-        ],
-        "outputParameters": {"value": "${last.output.value}", "doubled": "${right.output.result}"},
-    })
+    post(
+        "metadata/workflow-definitions",
+        {
+            "name": WORKFLOW,
+            "tasks": [
+                {"name": "soak_a", "taskReferenceName": "first", "inputParameters": {"value": "${workflow.input.n}"}},
+                {
+                    "name": "fork",
+                    "taskReferenceName": "fork",
+                    "type": "FORK_JOIN",
+                    "forkTasks": [
+                        [
+                            {
+                                "name": "soak_b",
+                                "taskReferenceName": "left",
+                                "inputParameters": {"value": "${first.output.value}"},
+                            }
+                        ],
+                        [
+                            {
+                                "name": "soak_sum",
+                                "taskReferenceName": "right",
+                                "type": "JSON_JQ_TRANSFORM",
+                                "inputParameters": {"value": "${first.output.value}", "queryExpression": ".value * 2"},
+                            }
+                        ],
+                    ],
+                },
+                {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["left", "right"]},
+                {"name": "soak_a", "taskReferenceName": "last", "inputParameters": {"value": "${left.output.value}"}},
+            ],
+            "outputParameters": {"value": "${last.output.value}", "doubled": "${right.output.result}"},
+        },
+    )
 
 
 def work(url: str, key: str) -> None:
@@ -101,8 +131,9 @@ def work(url: str, key: str) -> None:
             try:
                 leased = client.poll(queue, worker_id=f"soak-{os.getpid()}", count=20, wait_s=1)
                 if leased:
-                    client.results([(task, "COMPLETED", {"value": (task.input.get("value") or 0) + 1})
-                                    for task in leased])
+                    client.results(
+                        [(task, "COMPLETED", {"value": (task.input.get("value") or 0) + 1}) for task in leased]
+                    )
             except (httpx.HTTPError, StaleLease):
                 time.sleep(0.5)
 
@@ -156,6 +187,7 @@ class Starter:
 
 # --- what is measured ------------------------------------------------------------
 
+
 def rss_kib(pid: int) -> int | None:
     """Resident memory of a process, from /proc (None when it is gone)."""
     try:
@@ -194,7 +226,7 @@ def tables() -> dict[str, dict[str, int]]:
     found = {}
     with connection.cursor() as cursor:
         for table in TABLES:
-            cursor.execute(f"SELECT count(*), pg_total_relation_size(%s) FROM {table}", [table])  # noqa: S608 - our names
+            cursor.execute(f"SELECT count(*), pg_total_relation_size(%s) FROM {table}", [table])
             rows, size = cursor.fetchone()
             found[table] = {"rows": rows, "bytes": size}
     return found
@@ -218,8 +250,11 @@ def finished_between(start: dt.datetime, end: dt.datetime) -> list[tuple[str, fl
     """(status, seconds from created to ended) of every execution that ended
     in [start, end)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT status, extract(epoch FROM ended_at - created_at) FROM executions_execution"
-                       " WHERE ended_at >= %s AND ended_at < %s", [start, end])
+        cursor.execute(
+            "SELECT status, extract(epoch FROM ended_at - created_at) FROM executions_execution"
+            " WHERE ended_at >= %s AND ended_at < %s",
+            [start, end],
+        )
         return [(status, float(seconds)) for status, seconds in cursor.fetchall()]
 
 
@@ -241,7 +276,9 @@ class Interval:
     def figures(self, seconds: float, **extra) -> dict:
         completed = self.finished.get("COMPLETED", 0)
         return {
-            "interval": self.index, "seconds": round(seconds, 1), "completed": completed,
+            "interval": self.index,
+            "seconds": round(seconds, 1),
+            "completed": completed,
             "completedPerSecond": round(completed / seconds, 2) if seconds else None,
             "notCompleted": {k: v for k, v in self.finished.items() if k != "COMPLETED"},
             "latencyP50s": round(bench.percentile(self.latencies, 0.5), 3) if self.latencies else None,
@@ -251,6 +288,7 @@ class Interval:
 
 
 # --- the run ------------------------------------------------------------------------
+
 
 @contextmanager
 def on_database(name: str) -> Iterator[None]:
@@ -282,8 +320,11 @@ class Soak:
         self.admin(f'CREATE DATABASE "{name}"')
         try:
             self.stack.manage("migrate", "--noinput", "-v", "0")
-            key = self.stack.manage(
-                "nodeflow_apikey", "create", "--namespace", "default", "--role", "admin").strip().splitlines()[-1]
+            key = (
+                self.stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin")
+                .strip()
+                .splitlines()[-1]
+            )
             self.start_stack(key)
             client = Client(self.stack.url, key, timeout_s=30)
             try:
@@ -334,8 +375,11 @@ class Soak:
             now = time.monotonic()
             if now >= end or now - interval.started_at >= options.report_every_s:
                 seconds = now - interval.started_at
-                intervals.append(interval.figures(seconds, tables=tables(), rss=memory(named), purgedSoFar=purged,
-                                                  started=starter.started))
+                intervals.append(
+                    interval.figures(
+                        seconds, tables=tables(), rss=memory(named), purgedSoFar=purged, started=starter.started
+                    )
+                )
                 self.out(self.line(intervals[-1]))
                 if now >= end:
                     break
@@ -349,9 +393,17 @@ class Soak:
                 purged += self.purge()
                 purge_s += time.monotonic() - purge_began
                 next_purge = time.monotonic() + options.purge_every_s
-        figures = summarise(options=options, intervals=intervals, rss_start=rss_start, rss_end=memory(named),
-                            tables_start=tables_start, starter=starter, purged=purged, purge_s=purge_s,
-                            seconds=time.monotonic() - began)
+        figures = summarise(
+            options=options,
+            intervals=intervals,
+            rss_start=rss_start,
+            rss_end=memory(named),
+            tables_start=tables_start,
+            starter=starter,
+            purged=purged,
+            purge_s=purge_s,
+            seconds=time.monotonic() - began,
+        )
         return {**figures, "autovacuum": self.autovacuum, "vacuumedAfterEachPurge": not self.autovacuum}
 
     def purge(self) -> int:
@@ -378,46 +430,84 @@ class Soak:
         rows = {table.split("_", 1)[1]: value["rows"] for table, value in figures["tables"].items() if value["rows"]}
         size_mib = sum(value["bytes"] for value in figures["tables"].values()) / 2**20
         rss_mib = sum(value or 0 for value in figures["rss"].values()) / 1024
-        return (f"[{figures['interval']}] {figures['completed']} completed in {figures['seconds']} s "
-                f"({figures['completedPerSecond']}/s), p50 {figures['latencyP50s']} s, p99 {figures['latencyP99s']} s, "
-                f"not completed {figures['notCompleted']}; rows {rows}; tables {size_mib:.1f} MiB; "
-                f"RSS total {rss_mib:.0f} MiB; purged so far {figures['purgedSoFar']}")
+        return (
+            f"[{figures['interval']}] {figures['completed']} completed in {figures['seconds']} s "
+            f"({figures['completedPerSecond']}/s), p50 {figures['latencyP50s']} s, p99 {figures['latencyP99s']} s, "
+            f"not completed {figures['notCompleted']}; rows {rows}; tables {size_mib:.1f} MiB; "
+            f"RSS total {rss_mib:.0f} MiB; purged so far {figures['purgedSoFar']}"
+        )
 
 
-def summarise(*, options: Options, intervals: list[dict], rss_start: dict, rss_end: dict, tables_start: dict,
-              starter: Starter, purged: int, purge_s: float, seconds: float) -> dict:
+def summarise(
+    *,
+    options: Options,
+    intervals: list[dict],
+    rss_start: dict,
+    rss_end: dict,
+    tables_start: dict,
+    starter: Starter,
+    purged: int,
+    purge_s: float,
+    seconds: float,
+) -> dict:
     full = [i for i in intervals if i["seconds"] >= options.report_every_s * 0.9] or intervals
     first, last = full[0]["completedPerSecond"], full[-1]["completedPerSecond"]
     drift = round((last - first) / first * 100, 1) if first else None
     first_p50, last_p50 = full[0]["latencyP50s"], full[-1]["latencyP50s"]
     latency_drift = round((last_p50 - first_p50) / first_p50 * 100, 1) if first_p50 and last_p50 else None
-    growth = {name: {"startKiB": rss_start[name], "endKiB": rss_end.get(name),
-                     "growthKiB": (rss_end.get(name) or 0) - (rss_start[name] or 0),
-                     "growthPercent": round(((rss_end.get(name) or 0) - rss_start[name]) / rss_start[name] * 100, 1)
-                     if rss_start[name] else None}
-              for name in rss_start}
+    growth = {
+        name: {
+            "startKiB": rss_start[name],
+            "endKiB": rss_end.get(name),
+            "growthKiB": (rss_end.get(name) or 0) - (rss_start[name] or 0),
+            "growthPercent": round(((rss_end.get(name) or 0) - rss_start[name]) / rss_start[name] * 100, 1)
+            if rss_start[name]
+            else None,
+        }
+        for name in rss_start
+    }
     completed = sum(i["completed"] for i in intervals)
     return {
-        "options": {"minutes": options.minutes, "startsPerSecond": options.rate, "workerProcesses": options.workers,
-                    "retentionSeconds": options.retention_s, "purgeEverySeconds": options.purge_every_s,
-                    "reportEverySeconds": options.report_every_s, "warmupSeconds": options.warmup_s},
+        "options": {
+            "minutes": options.minutes,
+            "startsPerSecond": options.rate,
+            "workerProcesses": options.workers,
+            "retentionSeconds": options.retention_s,
+            "purgeEverySeconds": options.purge_every_s,
+            "reportEverySeconds": options.report_every_s,
+            "warmupSeconds": options.warmup_s,
+        },
         "seconds": round(seconds, 1),
-        "started": starter.started, "startFailures": starter.failed, "startsLate": starter.late,
-        "completed": completed, "completedPerSecond": round(completed / seconds, 2) if seconds else None,
-        "throughputDriftPercent": drift, "firstIntervalPerSecond": first, "lastIntervalPerSecond": last,
-        "latencyP50DriftPercent": latency_drift, "firstIntervalP50s": first_p50, "lastIntervalP50s": last_p50,
-        "purged": purged, "purgeSeconds": round(purge_s, 2),
-        "rss": growth, "tablesAtStart": tables_start, "intervals": intervals,
+        "started": starter.started,
+        "startFailures": starter.failed,
+        "startsLate": starter.late,
+        "completed": completed,
+        "completedPerSecond": round(completed / seconds, 2) if seconds else None,
+        "throughputDriftPercent": drift,
+        "firstIntervalPerSecond": first,
+        "lastIntervalPerSecond": last,
+        "latencyP50DriftPercent": latency_drift,
+        "firstIntervalP50s": first_p50,
+        "lastIntervalP50s": last_p50,
+        "purged": purged,
+        "purgeSeconds": round(purge_s, 2),
+        "rss": growth,
+        "tablesAtStart": tables_start,
+        "intervals": intervals,
         "machine": {"cpus": os.cpu_count(), "loadAverage": os.getloadavg()},
     }
 
 
 def summary_lines(figures: dict) -> list[str]:
-    rss = ", ".join(f"{name} {v['startKiB'] // 1024 if v['startKiB'] else '?'}→{v['endKiB'] // 1024 if v['endKiB'] else '?'} MiB"
-                    for name, v in figures["rss"].items())
+    rss = ", ".join(
+        f"{name} {v['startKiB'] // 1024 if v['startKiB'] else '?'}→{v['endKiB'] // 1024 if v['endKiB'] else '?'} MiB"
+        for name, v in figures["rss"].items()
+    )
     last_tables = figures["intervals"][-1]["tables"]
-    sizes = ", ".join(f"{table}: {figures['tablesAtStart'][table]['rows']}→{value['rows']} rows, "
-                      f"{value['bytes'] // 1024} KiB" for table, value in last_tables.items())
+    sizes = ", ".join(
+        f"{table}: {figures['tablesAtStart'][table]['rows']}→{value['rows']} rows, {value['bytes'] // 1024} KiB"
+        for table, value in last_tables.items()
+    )
     return [
         f"{figures['completed']} executions completed in {figures['seconds']} s ({figures['completedPerSecond']}/s); "
         f"{figures['started']} started, {figures['startFailures']} refused or failed, {figures['startsLate']} late",

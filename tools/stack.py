@@ -2,8 +2,10 @@
 started, paused, SIGKILLed and restarted by name. The benchmark, the soak,
 the stress run and the multi-process tests (``tests/procs/stack.py``) all
 run the server through it."""
+
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -51,8 +53,13 @@ class Stack:
     def __init__(self, database_url: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "DATABASE_URL": database_url, "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
-                    **(env or {})}
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
         self.commands: dict[str, list[str]] = {}
         self.processes: dict[str, subprocess.Popen] = {}
         self.started_at: dict[str, float] = {}  # wall-clock time of each process's last start
@@ -62,8 +69,9 @@ class Stack:
 
     def manage(self, *args: str) -> str:
         """Run a ``manage.py`` command on the stack's database to its end; its output."""
-        done = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                              check=True)
+        done = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, check=True
+        )
         return done.stdout
 
     def add(self, name: str, args: list[str]) -> None:
@@ -78,16 +86,32 @@ class Stack:
         self.add(name, [PYTHON, "manage.py", "nodeflow_run", "--addr", f"127.0.0.1:{port}", "--no-roles"])
         return self.api_urls[name]
 
-    def add_gunicorn(self, name: str, port: int, *, workers: int = 2, threads: int = 8,
-                     keep_alive_s: int | None = None) -> str:
+    def add_gunicorn(
+        self, name: str, port: int, *, workers: int = 2, threads: int = 8, keep_alive_s: int | None = None
+    ) -> str:
         """An API served by gunicorn (gthread), as in production; its URL.
         ``kill`` takes the master and its workers (one process group).
         ``keep_alive_s`` is gunicorn's ``--keep-alive`` (None: its default)."""
         self.api_urls[name] = f"http://127.0.0.1:{port}"
         keep_alive = [] if keep_alive_s is None else ["--keep-alive", str(keep_alive_s)]
-        self.add(name, [str(Path(PYTHON).parent / "gunicorn"), "nodeflow.wsgi", "-b", f"127.0.0.1:{port}",
-                        "-k", "gthread", "-w", str(workers), "--threads", str(threads), "--log-level", "warning",
-                        *keep_alive])
+        self.add(
+            name,
+            [
+                str(Path(PYTHON).parent / "gunicorn"),
+                "nodeflow.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-k",
+                "gthread",
+                "-w",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--log-level",
+                "warning",
+                *keep_alive,
+            ],
+        )
         return self.api_urls[name]
 
     def add_role(self, name: str, command: str) -> None:
@@ -97,8 +121,9 @@ class Stack:
         log = open(self.logdir / f"{name}.log", "a")  # noqa: SIM115 - closed with the process
         env = {**self.env, "PGAPPNAME": name}
         # A session (process group) of its own: a kill takes its children too (gunicorn's workers).
-        self.processes[name] = subprocess.Popen(self.commands[name], cwd=ROOT, env=env, stdout=log, stderr=log,
-                                                start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            self.commands[name], cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
+        )
         self.started_at[name] = time.time()
 
     def pid(self, name: str) -> int:
@@ -114,10 +139,8 @@ class Stack:
     def kill(self, name: str) -> None:
         """SIGKILL the process and every process of its group."""
         process = self.processes[name]
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         process.wait()
         self.kills += 1
 
@@ -147,10 +170,8 @@ class Stack:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 process.wait()
 
     def logs(self) -> str:

@@ -13,6 +13,7 @@ the server's ``startedAt``, the instant the window was charged).
 Pollers call the services directly (``dispatch.poll``, ``results.report_result``),
 not HTTP: what is measured is the database path every API process shares.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,8 @@ from pathlib import Path
 from django.db import connection, connections
 
 from executions import dispatch, lifecycle, results
-from executions.purge import delete_executions
 from executions.models import Execution
+from executions.purge import delete_executions
 from metadata import taskdefs, workflows
 from metadata.models import TaskDefinition
 from nodeflow.keys import ensure_namespace
@@ -58,6 +59,7 @@ class Plan:
 
 # --- the parent ---------------------------------------------------------------
 
+
 def prepare(plan: Plan) -> Namespace:
     """A fresh namespace with the two queues' definitions, the semaphore,
     and ``plan.tasks`` ready tasks in each queue."""
@@ -67,12 +69,16 @@ def prepare(plan: Plan) -> Namespace:
     namespace = ensure_namespace(name=plan.namespace)
     sem = [SEMAPHORE] if plan.permits else []
     rate = {"rate_limit_per_frequency": plan.rate, "rate_limit_frequency_seconds": plan.window_s} if plan.rate else {}
-    for name, values in ((CAPPED, {"concurrent_exec_limit": plan.cap, "semaphores": sem, **rate}),
-                         (SHARED, {"semaphores": sem})):
-        TaskDefinition.objects.create(namespace=namespace, name=name, retry_count=0, start_to_close_timeout=600, **values)
-        workflows.register_workflow(namespace=namespace, body={
-            "name": f"wf_{name}", "tasks": [{"name": name, "taskReferenceName": "t"}],
-        })
+    for name, values in (
+        (CAPPED, {"concurrent_exec_limit": plan.cap, "semaphores": sem, **rate}),
+        (SHARED, {"semaphores": sem}),
+    ):
+        TaskDefinition.objects.create(
+            namespace=namespace, name=name, retry_count=0, start_to_close_timeout=600, **values
+        )
+        workflows.register_workflow(
+            namespace=namespace, body={"name": f"wf_{name}", "tasks": [{"name": name, "taskReferenceName": "t"}]}
+        )
     taskdefs.forget_policies()
     if plan.permits:
         semaphores.set_semaphore(namespace=namespace, name=SEMAPHORE, permits=plan.permits)
@@ -94,13 +100,25 @@ def run(plan: Plan, out=print) -> dict:
     stack = Stack(live_database_url())
     workdir = stack.logdir
     plan_json = json.dumps(dataclasses.asdict(plan))
-    out(f"stress: {plan.processes} processes × {plan.pollers} pollers for {plan.seconds:g} s "
-        f"(cap {plan.cap}, permits {plan.permits}, rate {plan.rate}/{plan.window_s:g} s)")
+    out(
+        f"stress: {plan.processes} processes × {plan.pollers} pollers for {plan.seconds:g} s "
+        f"(cap {plan.cap}, permits {plan.permits}, rate {plan.rate}/{plan.window_s:g} s)"
+    )
     began = time.monotonic()
     try:
         for index in range(plan.processes):
-            stack.add(f"stress-{index}", [PYTHON, "manage.py", "nodeflow_stress", "--child",
-                                          str(workdir / f"{index}.json"), "--plan", plan_json])
+            stack.add(
+                f"stress-{index}",
+                [
+                    PYTHON,
+                    "manage.py",
+                    "nodeflow_stress",
+                    "--child",
+                    str(workdir / f"{index}.json"),
+                    "--plan",
+                    plan_json,
+                ],
+            )
         codes = [process.wait(timeout=plan.seconds + 120) for process in stack.processes.values()]
     finally:
         stack.stop()  # a child still running after the wait is stopped, not left behind
@@ -108,7 +126,9 @@ def run(plan: Plan, out=print) -> dict:
     failed = [index for index, code in enumerate(codes) if code != 0]
     if failed:
         raise RuntimeError(f"stress children {failed} failed; logs in {workdir}")
-    records = [record for index in range(plan.processes) for record in json.loads((workdir / f"{index}.json").read_text())]
+    records = [
+        record for index in range(plan.processes) for record in json.loads((workdir / f"{index}.json").read_text())
+    ]
     figures = figures_of(plan, records, elapsed)
     for line in describe(plan, figures):
         out(line)
@@ -134,13 +154,20 @@ def figures_of(plan: Plan, records: list[dict], elapsed: float) -> dict:
             index = math.floor(r["startedAt"] / plan.window_s)
             windows[index] = windows.get(index, 0) + 1
     return {
-        "processes": plan.processes, "pollers": plan.pollers, "seconds": plan.seconds, "elapsedSeconds": round(elapsed, 2),
+        "processes": plan.processes,
+        "pollers": plan.pollers,
+        "seconds": plan.seconds,
+        "elapsedSeconds": round(elapsed, 2),
         "leases": {CAPPED: len(capped), SHARED: len(both) - len(capped)},
         "tasksPerSecond": round(len(records) / plan.seconds, 1),
         "concurrentExecLimit": {"limit": plan.cap, "maxObserved": max_overlap(capped)},
         "semaphore": {"limit": plan.permits, "maxObserved": max_overlap(both)},
-        "rateLimit": {"limit": plan.rate, "windowSeconds": plan.window_s, "maxPerWindow": max(windows.values(), default=0),
-                      "windows": len(windows)},
+        "rateLimit": {
+            "limit": plan.rate,
+            "windowSeconds": plan.window_s,
+            "maxPerWindow": max(windows.values(), default=0),
+            "windows": len(windows),
+        },
     }
 
 
@@ -169,14 +196,25 @@ def describe(plan: Plan, figures: dict) -> list[str]:
 
 # --- a child ------------------------------------------------------------------
 
+
 def run_child(plan: Plan, out_path: str) -> None:
     namespace = Namespace.objects.get(name=plan.namespace)
     deadline = time.monotonic() + plan.seconds
     records: list[dict] = []
     lock = threading.Lock()
     threads = [
-        threading.Thread(target=_poller, args=(plan, namespace, (CAPPED, SHARED)[index % 2],
-                                               f"stress-{os.getpid()}-{index}", deadline, records, lock))
+        threading.Thread(
+            target=_poller,
+            args=(
+                plan,
+                namespace,
+                (CAPPED, SHARED)[index % 2],
+                f"stress-{os.getpid()}-{index}",
+                deadline,
+                records,
+                lock,
+            ),
+        )
         for index in range(plan.pollers)
     ]
     for thread in threads:
@@ -186,22 +224,33 @@ def run_child(plan: Plan, out_path: str) -> None:
     Path(out_path).write_text(json.dumps(records))
 
 
-def _poller(plan: Plan, namespace: Namespace, queue: str, worker_id: str, deadline: float,
-            records: list[dict], lock: threading.Lock) -> None:
+def _poller(
+    plan: Plan,
+    namespace: Namespace,
+    queue: str,
+    worker_id: str,
+    deadline: float,
+    records: list[dict],
+    lock: threading.Lock,
+) -> None:
     rng = random.Random()
     try:
         while (left := deadline - time.monotonic()) > 0:
-            leased = dispatch.poll(namespace=namespace, queue=queue, worker_id=worker_id, count=plan.batch,
-                                   wait_s=min(1.0, left))
+            leased = dispatch.poll(
+                namespace=namespace, queue=queue, worker_id=worker_id, count=plan.batch, wait_s=min(1.0, left)
+            )
             begun = time.time()  # every task of the batch is in flight from here
             for task in leased:
                 time.sleep(rng.uniform(*plan.work_ms) / 1000)
                 ended = time.time()
-                results.report_result(namespace=namespace, result=results.Result(
-                    task_id=task.id, status="COMPLETED", lease_token=task.lease_token))
+                results.report_result(
+                    namespace=namespace,
+                    result=results.Result(task_id=task.id, status="COMPLETED", lease_token=task.lease_token),
+                )
                 with lock:
-                    records.append({"queue": queue, "begun": begun, "ended": ended,
-                                    "startedAt": task.started_at.timestamp()})
+                    records.append(
+                        {"queue": queue, "begun": begun, "ended": ended, "startedAt": task.started_at.timestamp()}
+                    )
     finally:
         connection.close()
 
@@ -212,4 +261,3 @@ def plan_from(options: dict) -> Plan:
     if "work_ms" in values:
         values["work_ms"] = tuple(values["work_ms"])
     return Plan(**values)
-

@@ -1,4 +1,5 @@
 """Small filters of the operator pages: colours by status, durations, ages."""
+
 from __future__ import annotations
 
 import datetime as dt

@@ -23,6 +23,7 @@ fork); ``loop[2].step`` (iteration 2 of a DO_WHILE); ``sub.inner`` (a task of
 the child started by SUB_WORKFLOW ``sub``). Static fork branches and switch
 cases add nothing: reference names are unique in a definition.
 """
+
 from executions.decider.walk import NOT_RETRIED, PAST_DEADLINE, deadline_reason, decide, task_timers
 
 __all__ = ["NOT_RETRIED", "PAST_DEADLINE", "deadline_reason", "decide", "task_timers"]

@@ -4,6 +4,7 @@ timers to arm, children to start and to cancel, and how the execution ends,
 if it does. Plain data; the executor (``executions.executor``) applies it
 under the execution's row lock.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -60,6 +61,14 @@ class Decision:
     @property
     def empty(self) -> bool:
         return not (
-            self.created or self.updated or self.timers or self.children or self.cancel_children
-            or self.variables is not None or self.ending or self.evaluated or self.consumed_messages or self.again
+            self.created
+            or self.updated
+            or self.timers
+            or self.children
+            or self.cancel_children
+            or self.variables is not None
+            or self.ending
+            or self.evaluated
+            or self.consumed_messages
+            or self.again
         )

@@ -8,6 +8,7 @@ Iterations that end within the walk (a body of operators only) are decided
 in bounded steps: ``Walk.another_iteration`` stops the loop, still running,
 at the decision's bound, and the executor asks a follow-up decision.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -59,12 +60,18 @@ def loop_again(walk: Walk, task: dict, row: Row, inner: Scope, iteration: int) -
         again = javascript.truthy(walk.evaluate(task["loopCondition"], value))
     except javascript.ScriptError as exc:
         walk.finish(row, "FAILED_WITH_TERMINAL_ERROR", reason=f"DO_WHILE loopCondition: {exc}")
-        return walk.absorbed(row, timed_out=False) or Outcome(FAILED, reason=f"{row.path}: {row.reason}", failed=(task["name"],))
+        return walk.absorbed(row, timed_out=False) or Outcome(
+            FAILED, reason=f"{row.path}: {row.reason}", failed=(task["name"],)
+        )
     if not again:
         walk.finish(row, "COMPLETED", output={"iteration": iteration})
         return Outcome(DONE, output=row.output)
     if iteration >= task["maxIterations"]:
-        reason = f"DO_WHILE ran out of iterations: loopCondition still true after maxIterations ({task['maxIterations']})"
+        reason = (
+            f"DO_WHILE ran out of iterations: loopCondition still true after maxIterations ({task['maxIterations']})"
+        )
         walk.finish(row, "FAILED", reason=reason)
-        return walk.absorbed(row, timed_out=False) or Outcome(FAILED, reason=f"{row.path}: {reason}", failed=(task["name"],))
+        return walk.absorbed(row, timed_out=False) or Outcome(
+            FAILED, reason=f"{row.path}: {reason}", failed=(task["name"],)
+        )
     return None

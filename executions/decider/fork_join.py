@@ -2,6 +2,7 @@
 once, and fails fast: a branch that fails cancels the others' open tasks
 (an optional fork then completes with errors, and the workflow goes on).
 ``fork`` is shared with FORK_JOIN_DYNAMIC."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -25,7 +26,9 @@ def progress(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
     return fork(walk, task, row, scope, branches, task.get("maxConcurrency") or len(branches))
 
 
-def fork(walk: Walk, task: dict, row: Row, scope: Scope, branches: list[tuple[Scope, list[dict]]], limit: int) -> Outcome:
+def fork(
+    walk: Walk, task: dict, row: Row, scope: Scope, branches: list[tuple[Scope, list[dict]]], limit: int
+) -> Outcome:
     """Run branches side by side, at most ``limit`` at once; fail fast."""
     running, joins = 0, {}
     for branch_scope, tasks in branches:
@@ -56,5 +59,5 @@ def branch_outputs(walk: Walk, tasks: list[dict], branch_scope: Scope, scope: Sc
     for task, _ in walk_tasks(tasks):
         found = walk.latest(branch_scope.prefix + task["taskReferenceName"])
         if found is not None and found.status in SUCCESS:
-            outputs[found.path[len(scope.prefix):]] = found.output
+            outputs[found.path[len(scope.prefix) :]] = found.output
     return outputs

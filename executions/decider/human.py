@@ -1,5 +1,6 @@
 """HUMAN: waits, IN_PROGRESS, for someone to complete or fail it through the
 API (``executions.waiting``); the walk only starts it."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -1,5 +1,6 @@
 """JOIN: completes with the outputs of the fork before it (``joinOn`` picks
 which references; a reference the fork did not produce is looked up by name)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

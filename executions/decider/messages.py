@@ -1,6 +1,7 @@
 """PULL_WORKFLOW_MESSAGES: takes up to ``batchSize`` (1) of the messages
 sent to the execution, oldest first, and completes with them; with none
 waiting it waits, and the next message decides the execution again."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -6,13 +6,24 @@ when a waiting task (or a SUB_WORKFLOW) is due to start. A type without an
 entry is dispatched (SIMPLE and the system tasks): the walk schedules it and
 waits for its result.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from executions.decider import (
-    do_while, dynamic_fork, fork_join, human, join, messages, set_variable, sub_workflow, switch, terminate, wait,
+    do_while,
+    dynamic_fork,
+    fork_join,
+    human,
+    join,
+    messages,
+    set_variable,
+    sub_workflow,
+    switch,
+    terminate,
+    wait,
     webhook,
 )
 

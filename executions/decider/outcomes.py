@@ -5,6 +5,7 @@ this output), RUNNING (something is still open: stop here for now), FAILED
 (the enclosing block fails, with this reason) or ENDED (a TERMINATE: the
 execution ends as it says).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

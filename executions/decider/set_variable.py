@@ -1,5 +1,6 @@
 """SET_VARIABLE: its resolved inputs are merged into the workflow's
 variables (``${workflow.variables.<name>}``), and it completes at once."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -3,6 +3,7 @@ ORM). ``Row`` mirrors one task row (one attempt); ``Child`` a child
 execution as its parent sees it; ``Snapshot`` everything the decider may
 know. The decider copies what it is given and never changes it.
 """
+
 from __future__ import annotations
 
 import datetime as dt

@@ -2,6 +2,7 @@
 ``sub.inner``) and completes, fails or is canceled as the child ends. A
 terminated child is neither retried nor absorbed by ``optional``: that would
 swallow the terminate (SPEC §6)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,8 +19,11 @@ if TYPE_CHECKING:
 
 def begin(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
     if walk.snap.depth + 1 > task_types.MAX_CALL_DEPTH:
-        walk.finish(row, "FAILED_WITH_TERMINAL_ERROR",
-                    reason=f"a child started from depth {walk.snap.depth} exceeds the call depth limit {task_types.MAX_CALL_DEPTH}")
+        walk.finish(
+            row,
+            "FAILED_WITH_TERMINAL_ERROR",
+            reason=f"a child started from depth {walk.snap.depth} exceeds the call depth limit {task_types.MAX_CALL_DEPTH}",
+        )
         return walk.failed(task, row, scope, DONE_EMPTY)
     param = task["subWorkflowParam"]
     key = snapshot_key(param["name"], param["version"])

@@ -1,6 +1,7 @@
 """SWITCH: picks one case by its expression (an input's value, or a
 JavaScript expression over the inputs) and runs that case's tasks, or the
 default case's. A script that fails fails the switch terminally."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

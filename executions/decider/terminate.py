@@ -1,6 +1,7 @@
 """TERMINATE: the execution ends at once, with the status, output and reason
 its inputs give (``terminationStatus``: COMPLETED, FAILED or TERMINATED;
 anything else is FAILED)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -1,5 +1,6 @@
 """WAIT: waits for a duration (``duration``: "30s", "2m") or until an
 instant (``until``), on a durable WAIT timer; a bad value fails it."""
+
 from __future__ import annotations
 
 import datetime as dt

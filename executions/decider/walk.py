@@ -7,6 +7,7 @@ for a dispatched task (SIMPLE, system), waits for its result. Failures go
 through ``Walk.failed`` (retry, absorb as optional, or fail the block), and
 everything the walk wants changed is collected in its ``Decision``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,13 @@ _SEGMENT = re.compile(r"[^.\[]+")
 PAST_DEADLINE = "not retried: the next attempt would start after the execution's deadline"
 
 
-def decide(snap: Snapshot, *, rand: Callable[[], float], make_id: Callable[[], uuid.UUID],
-           in_time: Callable[[], bool] = lambda: True) -> Decision:
+def decide(
+    snap: Snapshot,
+    *,
+    rand: Callable[[], float],
+    make_id: Callable[[], uuid.UUID],
+    in_time: Callable[[], bool] = lambda: True,
+) -> Decision:
     """What should happen next in this execution. ``rand`` draws retry
     jitter in [0, 1); ``make_id`` names new task rows; ``in_time`` is False
     once the decision has run long enough that a loop should start no
@@ -61,8 +67,12 @@ class _Context(Mapping):
         if row is None:
             raise KeyError(key)
         return {
-            "input": row.input, "output": row.output, "status": row.status, "taskId": str(row.id),
-            "reasonForIncompletion": row.reason, "attempt": row.attempt,
+            "input": row.input,
+            "output": row.output,
+            "status": row.status,
+            "taskId": str(row.id),
+            "reasonForIncompletion": row.reason,
+            "attempt": row.attempt,
         }
 
     def __iter__(self) -> Iterator[str]:
@@ -73,8 +83,9 @@ class _Context(Mapping):
 
 
 class Walk:
-    def __init__(self, snap: Snapshot, rand: Callable[[], float], make_id: Callable[[], uuid.UUID],
-                 in_time: Callable[[], bool]) -> None:
+    def __init__(
+        self, snap: Snapshot, rand: Callable[[], float], make_id: Callable[[], uuid.UUID], in_time: Callable[[], bool]
+    ) -> None:
         self.snap, self.now, self.rand, self.make_id, self.in_time = snap, snap.now, rand, make_id, in_time
         self.decision = Decision(next_seq=snap.next_seq)
         self.by_path: dict[str, list[Row]] = {}
@@ -122,9 +133,14 @@ class Walk:
     def workflow_context(self) -> dict:
         snap = self.snap
         return {
-            "input": snap.input, "variables": self.variables, "output": {},
-            "executionId": str(snap.execution_id), "workflowId": str(snap.execution_id),
-            "correlationId": snap.correlation_id, "name": snap.name, "version": snap.version,
+            "input": snap.input,
+            "variables": self.variables,
+            "output": {},
+            "executionId": str(snap.execution_id),
+            "workflowId": str(snap.execution_id),
+            "correlationId": snap.correlation_id,
+            "name": snap.name,
+            "version": snap.version,
             "parentExecutionId": str(snap.parent_execution_id) if snap.parent_execution_id else None,
         }
 
@@ -142,18 +158,42 @@ class Walk:
         merged.update({k: v for k, v in task.items() if k in merged})
         return merged
 
-    def new_row(self, task: dict, path: str, *, status: str, kind: str, inputs: dict, attempt: int = 1,
-                available_at: dt.datetime | None = None, first_scheduled_at: dt.datetime | None = None,
-                output: dict | None = None, reason: str = "") -> Row:
+    def new_row(
+        self,
+        task: dict,
+        path: str,
+        *,
+        status: str,
+        kind: str,
+        inputs: dict,
+        attempt: int = 1,
+        available_at: dt.datetime | None = None,
+        first_scheduled_at: dt.datetime | None = None,
+        output: dict | None = None,
+        reason: str = "",
+    ) -> Row:
         seq = self.decision.next_seq
         self.decision.next_seq += 1
         task_type = task["type"]
         row = Row(
-            id=self.make_id(), path=path, ref=task["taskReferenceName"], type=task_type, kind=kind,
-            task_def_name=task["name"], status=status, attempt=attempt, seq=seq, scheduled_at=self.now,
-            available_at=available_at or self.now, first_scheduled_at=first_scheduled_at or self.now,
-            input=inputs, output=output or {}, reason=reason, optional=task.get("optional", False),
-            policy=self.policy(task), queue=_queue(task, kind),
+            id=self.make_id(),
+            path=path,
+            ref=task["taskReferenceName"],
+            type=task_type,
+            kind=kind,
+            task_def_name=task["name"],
+            status=status,
+            attempt=attempt,
+            seq=seq,
+            scheduled_at=self.now,
+            available_at=available_at or self.now,
+            first_scheduled_at=first_scheduled_at or self.now,
+            input=inputs,
+            output=output or {},
+            reason=reason,
+            optional=task.get("optional", False),
+            policy=self.policy(task),
+            queue=_queue(task, kind),
         )
         if status != "SCHEDULED":
             row.started_at = self.now
@@ -163,8 +203,9 @@ class Walk:
         self.decision.created.append(row)
         return row
 
-    def operator_row(self, task: dict, path: str, inputs: dict, status: str, output: dict | None = None,
-                     reason: str = "") -> Row:
+    def operator_row(
+        self, task: dict, path: str, inputs: dict, status: str, output: dict | None = None, reason: str = ""
+    ) -> Row:
         return self.new_row(task, path, status=status, kind="operator", inputs=inputs, output=output, reason=reason)
 
     def finish(self, row: Row, status: str, *, output: dict | None = None, reason: str | None = None) -> None:
@@ -263,8 +304,17 @@ class Walk:
         return RUNNING_OUTCOME
 
     # --- starting tasks ---------------------------------------------------
-    def start(self, task: dict, path: str, scope: Scope, previous: Outcome = DONE_EMPTY, *, attempt: int = 1,
-              available_at: dt.datetime | None = None, first_scheduled_at: dt.datetime | None = None) -> Outcome:
+    def start(
+        self,
+        task: dict,
+        path: str,
+        scope: Scope,
+        previous: Outcome = DONE_EMPTY,
+        *,
+        attempt: int = 1,
+        available_at: dt.datetime | None = None,
+        first_scheduled_at: dt.datetime | None = None,
+    ) -> Outcome:
         kind = task_types.kind_of(task["type"])
         if kind in DISPATCHED and self.over_task_cap():
             self.decision.capped += 1  # blockedBy maxConcurrentTasks on the execution
@@ -273,8 +323,16 @@ class Walk:
         start = operators.handler_of(task["type"]).start
         if start is not None:
             return start(self, task, path, scope, inputs, previous)
-        row = self.new_row(task, path, status="SCHEDULED", kind=kind, inputs=inputs, attempt=attempt,
-                           available_at=available_at, first_scheduled_at=first_scheduled_at)
+        row = self.new_row(
+            task,
+            path,
+            status="SCHEDULED",
+            kind=kind,
+            inputs=inputs,
+            attempt=attempt,
+            available_at=available_at,
+            first_scheduled_at=first_scheduled_at,
+        )
         self.decision.timers.extend(task_timers(row, starts_budget=attempt == 1))
         if kind in DISPATCHED:
             self.open_dispatchable += 1
@@ -301,8 +359,13 @@ class Walk:
         ``optional``: one is the terminate, the other times out the workflow."""
         timed_out = row.status == "TIMED_OUT" and row.policy.get("timeoutPolicy") == "TIME_OUT_WF"
         if task["type"] not in NOT_RETRIED and row.status != "CANCELED" and not self.budget_spent(row):
-            verdict = retry.should_retry(row.policy, status=row.status, reason=row.reason, attempt=row.attempt,
-                                         budget=self.snap.budgets.get(row.task_def_name, (0, 0)))
+            verdict = retry.should_retry(
+                row.policy,
+                status=row.status,
+                reason=row.reason,
+                attempt=row.attempt,
+                budget=self.snap.budgets.get(row.task_def_name, (0, 0)),
+            )
             if verdict.retry:
                 delay = self.retry_delay(row)
                 if delay is not None:
@@ -316,8 +379,12 @@ class Walk:
         absorbed = self.absorbed(row, timed_out=timed_out)
         if absorbed is not None:
             return absorbed
-        return Outcome(FAILED, reason=f"task {row.path} {row.status}: {row.reason}".rstrip(": "),
-                       failed=(row.task_def_name,), timed_out=timed_out)
+        return Outcome(
+            FAILED,
+            reason=f"task {row.path} {row.status}: {row.reason}".rstrip(": "),
+            failed=(row.task_def_name,),
+            timed_out=timed_out,
+        )
 
     def absorbed(self, row: Row, *, timed_out: bool) -> Outcome | None:
         """An optional task or operator that failed (an operator: its fork
@@ -357,8 +424,14 @@ class Walk:
         """The next attempt: a new row whose availableAt carries the delay."""
         self.decision.retries.append(row.task_def_name)
         ended = row.ended_at or self.now
-        return self.start(task, row.path, scope, attempt=row.attempt + 1,
-                          available_at=ended + dt.timedelta(seconds=delay), first_scheduled_at=row.first_scheduled_at)
+        return self.start(
+            task,
+            row.path,
+            scope,
+            attempt=row.attempt + 1,
+            available_at=ended + dt.timedelta(seconds=delay),
+            first_scheduled_at=row.first_scheduled_at,
+        )
 
     def note(self, row: Row, text: str) -> None:
         """Append ``text`` to a failed row's reason, once (decisions repeat)."""
@@ -379,7 +452,7 @@ class Walk:
         for path, rows in self.by_path.items():
             if not path.startswith(scope.prefix):
                 continue
-            rest = path[len(scope.prefix):]
+            rest = path[len(scope.prefix) :]
             head = _SEGMENT.match(rest)
             if head and (head.group(0) in refs or rest.startswith(row.ref + "[")):
                 yield from rows

@@ -1,6 +1,7 @@
 """WAIT_FOR_WEBHOOK: waits, IN_PROGRESS, for a webhook whose body matches its
 ``matches`` (``POST …/webhooks/{name}``, ``executions.waiting``); the walk
 only starts it."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

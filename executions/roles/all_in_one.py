@@ -1,6 +1,7 @@
 """Which roles run where. ``nodeflow_run`` starts ``all_in_one_roles`` in
 threads of its own process; production runs each role as a process of its
 own (its command), any number of copies."""
+
 from __future__ import annotations
 
 import threading

@@ -3,6 +3,7 @@ stop path (``loop.stop_on_signals``: the first SIGTERM/SIGINT finishes the
 current tick and stops, a second exits at once). Each role's command is
 ``executions/management/commands/nodeflow_<role>.py``.
 """
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand

@@ -8,6 +8,7 @@ the process that made it; the row is what survives if that process dies. Any num
 with SKIP LOCKED, and the execution's row lock keeps one decider per
 execution at a time.
 """
+
 from __future__ import annotations
 
 from executions import executor, notify

@@ -12,6 +12,7 @@ task (``executions.celery_tasks``), and ``run_once`` in tests and cron.
 ``stop_on_signals``: the first SIGTERM or SIGINT asks everything to stop
 after the unit in hand (drain); a second exits at once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,7 +69,7 @@ class Role:
         close_dead_connections()  # e.g. after a database restart: reconnect instead of failing the tick
         try:
             return 0.0 if self.tick() else self.idle_wait_s
-        except Exception:  # noqa: BLE001 - one bad unit must not stop the role
+        except Exception:
             log.exception("%s: tick failed", self.name)
             connection.close()  # the connection may be broken (e.g. the database restarted)
             return self.error_wait_s

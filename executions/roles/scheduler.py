@@ -2,6 +2,7 @@
 ordinary start subject to every control on starts. Any number may run: a
 firing is claimed with SKIP LOCKED and moved on in the transaction that
 starts it, so each happens once."""
+
 from __future__ import annotations
 
 from executions.roles.loop import Role

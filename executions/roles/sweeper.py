@@ -1,6 +1,7 @@
 """The sweeper role: fires due timers (timeouts, waits, delayed decisions) and
 handles expired leases (start-to-close and heartbeat timeouts, re-delivery).
 Any number may run; see ``executions.timers`` for why each fires once."""
+
 from __future__ import annotations
 
 import time

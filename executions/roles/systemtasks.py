@@ -19,6 +19,7 @@ poll and thread count (``diagnostics.record_system_poll``, every few
 seconds), from which ``blockedBy`` tells a task waiting for a free thread
 (``runnerCapacity``) from one no runner looks at (``noPollers``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,8 @@ from django.db import connection
 
 from executions import breakers, dispatch, notify
 from executions.models import Task
-from executions.system_tasks import runner
 from executions.roles.loop import Role
+from executions.system_tasks import runner
 from quotas import diagnostics
 from quotas import metrics as quota_metrics
 
@@ -106,7 +107,7 @@ class SystemTaskRole(Role):
     def _run(self, task: Task) -> None:
         try:
             runner.run_leased(task)
-        except Exception:  # noqa: BLE001 - e.g. the database went away while reporting: the lease expires
+        except Exception:
             log.exception("system task %s failed to run", task.id)
         finally:
             connection.close()  # this pool thread's own connection

@@ -24,6 +24,7 @@ A hook returns an ``Outcome`` (``completed`` or ``in_progress``) or raises
 task's retry policy decides), and whether the failure says the dependency is
 unhealthy (``counts``: what circuit breakers count).
 """
+
 from __future__ import annotations
 
 import time
@@ -81,8 +82,9 @@ class TaskFailure(Exception):
 
     terminal = False
 
-    def __init__(self, reason: str, *, output: dict | None = None, counts: bool | None = None,
-                 retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, reason: str, *, output: dict | None = None, counts: bool | None = None, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.output = dict(output or {})
@@ -125,10 +127,11 @@ class SystemTask:
 
 # --- input helpers --------------------------------------------------------
 
+
 def require(container: dict, name: str, kind: type | tuple[type, ...], where: str) -> Any:
     """``container[name]`` of type ``kind``, or a terminal failure naming it."""
     value = container.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in _as_tuple(kind):
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
         raise TerminalError(f"{where}.{name} is required and must be {_kind_name(kind)}")
     return value
 

@@ -21,6 +21,7 @@ task released by resume: the beat task ``nodeflow.recover_system_tasks``
 re-sends tasks that have been ready for RECOVER_AFTER_S, and an expired
 lease makes the task ready again.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -63,7 +64,7 @@ class _Hook:
             return
         try:
             send_fresh()
-        except Exception:  # noqa: BLE001 - the broker may be down; the beat recovers
+        except Exception:
             log.warning("could not hand new system tasks to Celery; the recovery sweep will", exc_info=True)
 
 
@@ -114,16 +115,21 @@ def send_freed(namespace_id: int, name: str | None, semaphores: tuple[str, ...])
     if _in_listener():
         return
     try:
-        waiting = _waiting().filter(namespace_id=namespace_id, task_def_name__in=_sharing(namespace_id, name, semaphores),
-                                    available_at__lte=clock.now())
+        waiting = _waiting().filter(
+            namespace_id=namespace_id,
+            task_def_name__in=_sharing(namespace_id, name, semaphores),
+            available_at__lte=clock.now(),
+        )
         by_definition: dict[str, list[uuid.UUID]] = {}
-        for task_id, definition in waiting.order_by("-priority", "available_at").values_list("id", "task_def_name")[:BATCH]:
+        for task_id, definition in waiting.order_by("-priority", "available_at").values_list("id", "task_def_name")[
+            :BATCH
+        ]:
             by_definition.setdefault(definition, []).append(task_id)
         for definition, ids in by_definition.items():
             allowance = open_gate(namespace_id=namespace_id, queue=definition, want=len(ids), lock=False).allowance
             for task_id in ids[:allowance]:
                 _publish(str(task_id), countdown=None)
-    except Exception:  # noqa: BLE001 - the broker may be down; the beat recovers
+    except Exception:
         log.warning("could not hand freed system tasks to Celery; the recovery sweep will", exc_info=True)
 
 
@@ -159,7 +165,7 @@ def _not_sent_lately(rows: list[tuple[uuid.UUID, dt.datetime]]) -> list[tuple[uu
             if now - at > RESEND_AFTER_S:
                 del _sent[key]
         fresh = [row for row in rows if row not in _sent]
-        _sent.update({row: now for row in fresh})
+        _sent.update(dict.fromkeys(fresh, now))
     return fresh
 
 

@@ -15,6 +15,7 @@ does not know. Everything else is retryable. Breakers (keyed by ``service``)
 count UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNKNOWN
 and DATA_LOSS: the gRPC faces of connection errors, timeouts, 429 and 5xx.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,8 +40,18 @@ from executions.system_tasks.base import (
 from executions.system_tasks.registry import register
 
 S = grpc.StatusCode
-TERMINAL = frozenset({S.INVALID_ARGUMENT, S.NOT_FOUND, S.ALREADY_EXISTS, S.PERMISSION_DENIED, S.UNAUTHENTICATED,
-                      S.FAILED_PRECONDITION, S.OUT_OF_RANGE, S.UNIMPLEMENTED})
+TERMINAL = frozenset(
+    {
+        S.INVALID_ARGUMENT,
+        S.NOT_FOUND,
+        S.ALREADY_EXISTS,
+        S.PERMISSION_DENIED,
+        S.UNAUTHENTICATED,
+        S.FAILED_PRECONDITION,
+        S.OUT_OF_RANGE,
+        S.UNIMPLEMENTED,
+    }
+)
 COUNTED = frozenset({S.UNAVAILABLE, S.DEADLINE_EXCEEDED, S.RESOURCE_EXHAUSTED, S.INTERNAL, S.UNKNOWN, S.DATA_LOSS})
 DEFAULT_DEADLINE_S = 30.0
 WHERE = "grpc_request"
@@ -76,12 +87,16 @@ def message_types(channel: grpc.Channel, service: str, method: str, timeout_s: f
     try:
         descriptor = pool.FindServiceByName(service).FindMethodByName(method)
     except KeyError as exc:
-        raise TerminalError(f"gRPC service {service} has no method {method} (per server reflection)", counts=False) from exc
+        raise TerminalError(
+            f"gRPC service {service} has no method {method} (per server reflection)", counts=False
+        ) from exc
     if descriptor is None:
         raise TerminalError(f"gRPC service {service} has no method {method} (per server reflection)", counts=False)
     if descriptor.client_streaming or descriptor.server_streaming:
         raise TerminalError(f"{service}/{method} is a streaming method; GRPC makes unary calls only", counts=False)
-    return message_factory.GetMessageClass(descriptor.input_type), message_factory.GetMessageClass(descriptor.output_type)
+    return message_factory.GetMessageClass(descriptor.input_type), message_factory.GetMessageClass(
+        descriptor.output_type
+    )
 
 
 def parse_message(cls: Any, body: Any) -> Any:
@@ -121,8 +136,11 @@ class Grpc(SystemTask):
             try:
                 request_cls, reply_cls = message_types(channel, service, method, deadline)
                 request = parse_message(request_cls, optional(spec, "request", dict, WHERE, {}))
-                stub = channel.unary_unary(f"/{service}/{method}", request_serializer=request_cls.SerializeToString,
-                                           response_deserializer=reply_cls.FromString)
+                stub = channel.unary_unary(
+                    f"/{service}/{method}",
+                    request_serializer=request_cls.SerializeToString,
+                    response_deserializer=reply_cls.FromString,
+                )
                 reply = stub(request, timeout=min(deadline, ctx.time_left()), metadata=metadata)
             except grpc.RpcError as exc:
                 raise classify(exc, what) from exc

@@ -7,6 +7,7 @@ in the output, which the decider takes as the least delay before the next
 attempt (still capped by maxRetryDelaySeconds). Redirects are not followed
 (a redirect could lead past the outbound policy): a 3xx is terminal.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from executions.json_values import is_storable
 from executions.system_tasks import outbound
 from executions.system_tasks.base import (
     Context,
@@ -32,7 +34,6 @@ from executions.system_tasks.base import (
 )
 from executions.system_tasks.registry import register
 from nodeflow import clock
-from executions.json_values import is_storable
 from nodeflow.nesting import max_depth, too_deep
 
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -69,9 +70,14 @@ def parse_request(spec: Any, where: str = "http_request") -> Request:
     content, content_type = encode_body(spec.get("body"))
     if content_type and not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = content_type
-    return Request(method, url, headers, content,
-                   seconds(spec, "connectTimeout", where, DEFAULT_CONNECT_TIMEOUT_S),
-                   seconds(spec, "readTimeout", where, DEFAULT_READ_TIMEOUT_S))
+    return Request(
+        method,
+        url,
+        headers,
+        content,
+        seconds(spec, "connectTimeout", where, DEFAULT_CONNECT_TIMEOUT_S),
+        seconds(spec, "readTimeout", where, DEFAULT_READ_TIMEOUT_S),
+    )
 
 
 def parse_url(value: str, where: str) -> httpx.URL:
@@ -112,16 +118,23 @@ def send(request: Request, ctx: Context) -> dict:
     headers = {"Host": request.url.netloc.decode("ascii"), **request.headers}
     extensions = {"sni_hostname": name} if request.url.scheme == "https" else {}
     left = ctx.time_left()
-    timeout = httpx.Timeout(connect=min(request.connect_timeout_s, left), read=min(request.read_timeout_s, left),
-                            write=min(request.read_timeout_s, left), pool=min(request.connect_timeout_s, left))
+    timeout = httpx.Timeout(
+        connect=min(request.connect_timeout_s, left),
+        read=min(request.read_timeout_s, left),
+        write=min(request.read_timeout_s, left),
+        pool=min(request.connect_timeout_s, left),
+    )
     what = f"{request.method} {request.url}"
     try:
         # trust_env=False: proxy variables would route around the outbound policy.
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-            with client.stream(request.method, url, headers=headers, content=request.content,
-                               extensions=extensions) as reply:
-                body = read_body(reply, ctx.deadline, what)
-                return {"statusCode": reply.status_code, "headers": headers_of(reply), "body": decode(reply, body)}
+        with (
+            httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            client.stream(
+                request.method, url, headers=headers, content=request.content, extensions=extensions
+            ) as reply,
+        ):
+            body = read_body(reply, ctx.deadline, what)
+            return {"statusCode": reply.status_code, "headers": headers_of(reply), "body": decode(reply, body)}
     except httpx.TimeoutException as exc:
         raise RetryableError(f"timeout: {type(exc).__name__} on {what}", counts=True) from exc
     except httpx.LocalProtocolError as exc:
@@ -163,8 +176,9 @@ def decode(reply: httpx.Response, body: bytes) -> Any:
         except (ValueError, RecursionError):
             return text
         if too_deep(value):
-            raise TerminalError(f"the JSON response is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)",
-                                counts=False)
+            raise TerminalError(
+                f"the JSON response is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)", counts=False
+            )
         return value if is_storable(value) else text
     return text
 
@@ -176,7 +190,9 @@ def raise_for_status(response: dict, request: Request) -> None:
     reason = f"HTTP {code} from {request.method} {request.url}"
     output = {"response": response}
     if code == 429 or code >= 500:
-        wait = retry_after_s(response["headers"].get("retry-after"), clock.now()) if code in RETRY_AFTER_STATUSES else None
+        wait = (
+            retry_after_s(response["headers"].get("retry-after"), clock.now()) if code in RETRY_AFTER_STATUSES else None
+        )
         raise RetryableError(reason, output=output, counts=True, retry_after_s=wait)
     if code == 408:
         raise RetryableError(reason, output=output, counts=False)

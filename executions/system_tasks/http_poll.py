@@ -9,6 +9,7 @@ passed (to this or any other runner). A failed poll is classified as HTTP's
 and fails the attempt; a condition that throws is terminal.
 Output: ``{"response": <the last response>, "pollCount": n}``.
 """
+
 from __future__ import annotations
 
 from django.conf import settings

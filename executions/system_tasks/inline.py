@@ -7,6 +7,7 @@ Limits: NODE_FLOW_INLINE_TIMEOUT_SECONDS and NODE_FLOW_INLINE_MAX_MEMORY_MB.
 Every failure is terminal: a script that throws, or runs out of time or
 memory, does so again on the same input.
 """
+
 from __future__ import annotations
 
 from django.conf import settings

@@ -7,6 +7,7 @@ MAX_RESULTS values are collected and the attempt's deadline is checked
 between values; one value that takes long to compute cannot be interrupted
 (the jq binding has no time limit), see docs/system-tasks.md.
 """
+
 from __future__ import annotations
 
 import time

@@ -20,6 +20,7 @@ connects to an address this check returned (``check`` → ``pinned``), never
 resolving the name again, so a DNS answer that changes in between
 (rebinding) cannot steer the connection elsewhere.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -27,7 +28,6 @@ import socket
 from dataclasses import dataclass
 
 import idna
-
 from django.conf import settings
 
 from executions.system_tasks.base import RetryableError, TerminalError
@@ -42,7 +42,7 @@ class Rules:
     names: tuple[str, ...]
 
     def matches_name(self, host: str) -> bool:
-        return any(host == name or name.startswith(".") and host.endswith(name) for name in self.names)
+        return any(host == name or (name.startswith(".") and host.endswith(name)) for name in self.names)
 
     def matching_network(self, address: Address) -> Network | None:
         return next((net for net in self.networks if address.version == net.version and address in net), None)
@@ -77,8 +77,11 @@ def check(host: str, port: int) -> list[Address]:
         if address.is_unspecified:
             raise _refused(host, f"it resolves to {address}, the unspecified address, which reaches this host")
         if not address.is_global and not private.matches_name(name) and private.matching_network(address) is None:
-            raise _refused(host, f"it resolves to {address}, which is not a public address "
-                                 "(allow it with NODE_FLOW_OUTBOUND_ALLOW_PRIVATE)")
+            raise _refused(
+                host,
+                f"it resolves to {address}, which is not a public address "
+                "(allow it with NODE_FLOW_OUTBOUND_ALLOW_PRIVATE)",
+            )
     if (allow.networks or allow.names) and not allow.matches_name(name):
         outside = [a for a in addresses if allow.matching_network(a) is None]
         if outside:

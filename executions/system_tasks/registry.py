@@ -1,5 +1,6 @@
 """System task types by name. Each module of this package registers its type
 with ``@register``; ``get`` imports them all on first use."""
+
 from __future__ import annotations
 
 import importlib

@@ -19,6 +19,7 @@ The runner (``runner.run_leased``) keeps every call's lease here, for the
 role's pool and for Celery's ``run_task`` alike. The thread runs only while
 a call is held and closes its connection when it stops.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -111,7 +112,7 @@ class LeaseKeeper:
             held.lost = True
             log.info("system task %s: lease lost, not renewed: %s", held.task_id, refused)
             return
-        except Exception:  # noqa: BLE001 - e.g. the database restarting: the next turn tries again
+        except Exception:
             log.exception("system task %s: renewing its lease failed", held.task_id)
             connection.close()
         else:

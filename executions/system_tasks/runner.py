@@ -17,6 +17,7 @@ breaker fails the task retryably without calling, with ``circuitOpen`` and
 ``retryAfterSeconds`` (until the breaker may let a probe through) in the
 output, so the next attempt waits for it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -90,8 +91,13 @@ def run_leased(task: Task) -> Outcome | TaskFailure:
 
 def context_of(task: Task, namespace: Namespace) -> Context:
     return Context(
-        task_id=str(task.id), type=task.type, namespace=namespace.name, input=task.input or {},
-        output=task.output or {}, attempt=task.attempt, idempotency_key=task.idempotency_key,
+        task_id=str(task.id),
+        type=task.type,
+        namespace=namespace.name,
+        input=task.input or {},
+        output=task.output or {},
+        attempt=task.attempt,
+        idempotency_key=task.idempotency_key,
         deadline=time.monotonic() + call_seconds(task.policy),
     )
 
@@ -127,7 +133,7 @@ def execute(ctx: Context, *, namespace_id: int, first: bool) -> Outcome | TaskFa
     except TaskFailure as failure:
         counts = failure.counts
         return failure
-    except Exception as exc:  # noqa: BLE001 - a bug in a hook fails the attempt, never the runner
+    except Exception as exc:
         log.exception("system task %s (%s) raised", ctx.task_id, ctx.type)
         return RetryableError(f"internal error in {ctx.type}: {type(exc).__name__}: {exc}")
     finally:
@@ -136,8 +142,11 @@ def execute(ctx: Context, *, namespace_id: int, first: bool) -> Outcome | TaskFa
 
 def circuit_open(key: str) -> RetryableError:
     wait = breakers.registry().get(key).open_remaining_s()
-    return RetryableError(f"circuitOpen:{key}: the circuit breaker for {key} is open; the call was not made",
-                          output={"circuitOpen": key}, retry_after_s=round(wait, 3))
+    return RetryableError(
+        f"circuitOpen:{key}: the circuit breaker for {key} is open; the call was not made",
+        output={"circuitOpen": key},
+        retry_after_s=round(wait, 3),
+    )
 
 
 def report(task: Task, namespace: Namespace, ctx: Context, outcome: Outcome | TaskFailure) -> None:
@@ -155,14 +164,24 @@ def report(task: Task, namespace: Namespace, ctx: Context, outcome: Outcome | Ta
 
 def to_result(task: Task, outcome: Outcome | TaskFailure) -> results.Result:
     if isinstance(outcome, TaskFailure):
-        return results.Result(task_id=task.id, status=outcome.status, lease_token=task.lease_token,
-                              output=outcome.output, reason=outcome.reason[:10_000])
-    return results.Result(task_id=task.id, status=outcome.status, lease_token=task.lease_token,
-                          output=outcome.output, callback_after_s=outcome.callback_after_s)
+        return results.Result(
+            task_id=task.id,
+            status=outcome.status,
+            lease_token=task.lease_token,
+            output=outcome.output,
+            reason=outcome.reason[:10_000],
+        )
+    return results.Result(
+        task_id=task.id,
+        status=outcome.status,
+        lease_token=task.lease_token,
+        output=outcome.output,
+        callback_after_s=outcome.callback_after_s,
+    )
 
 
 def cancel(ctx: Context) -> None:
     try:
         registry.get(ctx.type).cancel(ctx)
-    except Exception:  # noqa: BLE001 - best effort
+    except Exception:
         log.exception("cancel hook of %s (%s) failed", ctx.task_id, ctx.type)

@@ -18,20 +18,24 @@ the operator as ``NODE_FLOW_WEBHOOK_SECRETS["<namespace>/<name>"]`` or
 is a terminal failure. Output ``{"response": …}``;
 failures are classified as HTTP's.
 """
+
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
 
-from executions.system_tasks.base import Context, Outcome, SystemTask, TerminalError, completed, optional, require, seconds
-from executions.system_tasks.http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
-    Request,
-    call,
-    parse_url,
+from executions.system_tasks.base import (
+    Context,
+    Outcome,
+    SystemTask,
+    TerminalError,
+    completed,
+    optional,
+    require,
+    seconds,
 )
+from executions.system_tasks.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Request, call, parse_url
 from executions.system_tasks.registry import register
 from nodeflow import clock, secrets
 
@@ -46,8 +50,10 @@ def resolve_secret(ctx: Context, name: str) -> str:
     value = secrets.resolve(namespace=ctx.namespace, name=name)
     if value is None:
         variable = secrets.environment_variable(namespace=ctx.namespace, name=name)
-        raise TerminalError(f"secret '{name}' is not configured in namespace '{ctx.namespace}' "
-                            f"(PUT /v1/ns/{ctx.namespace}/secrets/{name}, or {variable})")
+        raise TerminalError(
+            f"secret '{name}' is not configured in namespace '{ctx.namespace}' "
+            f"(PUT /v1/ns/{ctx.namespace}/secrets/{name}, or {variable})"
+        )
     return value
 
 
@@ -63,11 +69,22 @@ def build_request(ctx: Context) -> Request:
     body = json.dumps(inputs.get("payload", {}), separators=(",", ":"), ensure_ascii=False).encode()
     timestamp = str(int(clock.now().timestamp()))
     headers = {str(k): str(v) for k, v in optional(inputs, "headers", dict, "inputParameters", {}).items()}
-    headers.update({"Content-Type": "application/json", TIMESTAMP_HEADER: timestamp,
-                    SIGNATURE_HEADER: sign(secret, timestamp, body), IDEMPOTENCY_HEADER: ctx.idempotency_key})
-    return Request("POST", url, headers, body,
-                   seconds(inputs, "connectTimeout", "inputParameters", DEFAULT_CONNECT_TIMEOUT_S),
-                   seconds(inputs, "readTimeout", "inputParameters", DEFAULT_READ_TIMEOUT_S))
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: sign(secret, timestamp, body),
+            IDEMPOTENCY_HEADER: ctx.idempotency_key,
+        }
+    )
+    return Request(
+        "POST",
+        url,
+        headers,
+        body,
+        seconds(inputs, "connectTimeout", "inputParameters", DEFAULT_CONNECT_TIMEOUT_S),
+        seconds(inputs, "readTimeout", "inputParameters", DEFAULT_READ_TIMEOUT_S),
+    )
 
 
 @register

@@ -6,8 +6,10 @@ started with ``pg_ctl`` on a free loopback port (fsync off: nothing here
 must survive a machine crash, only the server's), restarted and removed by the test. As root,
 the binaries run as the ``postgres`` user (``initdb`` refuses root).
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -49,11 +51,16 @@ class PrivateCluster:
         self.data = self.root / "data"
         self.logfile = self.root / "server.log"
         self.settings = {
-            "listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": str(self.root),
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": str(self.root),
             # Off: what only a machine crash could lose. synchronous_commit stays
             # on: an acknowledged commit must survive the server's own crash.
-            "fsync": "off", "full_page_writes": "off", "max_connections": "200",
-            "log_connections": "on", **(settings or {}),
+            "fsync": "off",
+            "full_page_writes": "off",
+            "max_connections": "200",
+            "log_connections": "on",
+            **(settings or {}),
         }
         if os.geteuid() == 0:
             shutil.chown(self.root, OWNER, OWNER)
@@ -71,23 +78,52 @@ class PrivateCluster:
     def start(self) -> None:
         """initdb (first time) and start; returns once it accepts connections."""
         if not self.data.exists():
-            self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", OWNER, "-A", "trust", "-N",
-                      "-E", "UTF8", "--no-instructions")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.logfile), "-o", self._options(),
-                  "-w", "start")
+            self._run(
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                OWNER,
+                "-A",
+                "trust",
+                "-N",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.logfile),
+            "-o",
+            self._options(),
+            "-w",
+            "start",
+        )
 
     def restart(self, mode: str = "immediate") -> None:
         """Stop (``immediate``: as a crash, every backend killed; ``fast``:
         clients disconnected) and start again; returns once it accepts connections."""
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-o", self._options(),
-                  "-l", str(self.logfile), "-w", "restart")
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-m",
+            mode,
+            "-o",
+            self._options(),
+            "-l",
+            str(self.logfile),
+            "-w",
+            "restart",
+        )
 
     def stop(self) -> None:
         if self.data.exists():
-            try:
+            with contextlib.suppress(RuntimeError):  # not running
                 self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
-            except RuntimeError:
-                pass  # not running
 
     def destroy(self) -> None:
         self.stop()

@@ -1,6 +1,7 @@
 """Real processes for multi-process tests: the stack of ``tools/stack.py``
 (the API, deciders, sweepers, each started, SIGKILLed and restarted by
 name), plus the suite's worker processes (``tests/procs/worker.py``)."""
+
 from __future__ import annotations
 
 from tools import stack

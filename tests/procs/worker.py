@@ -10,8 +10,10 @@ computable from the input alone:
 
     python tests/procs/worker.py URL KEY queue [queue …]
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -20,7 +22,7 @@ import httpx
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 
-from nodeflow_worker import Client, LeasedTask, StaleLease  # noqa: E402
+from nodeflow_worker import Client, LeasedTask, StaleLease
 
 
 def answer(client: Client, task: LeasedTask) -> None:
@@ -39,10 +41,8 @@ def main(url: str, key: str, queues: list[str]) -> None:
         for queue in queues:
             try:
                 for task in client.poll(queue, worker_id=worker_id, count=5, wait_s=0.2):
-                    try:
+                    with contextlib.suppress(StaleLease):  # re-delivered or canceled meanwhile: someone else owns it
                         answer(client, task)
-                    except StaleLease:
-                        pass  # re-delivered or canceled meanwhile: someone else owns it
             except (httpx.HTTPError, ValueError):
                 time.sleep(0.2)  # the server is restarting
 

@@ -1,6 +1,7 @@
 """``manage.py nodeflow_decider``: run the decider role (any number of copies)."""
-from executions.roles.decider import DeciderRole
+
 from executions.roles.command import RoleCommand
+from executions.roles.decider import DeciderRole
 
 
 class Command(RoleCommand):

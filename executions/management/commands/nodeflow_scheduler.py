@@ -1,6 +1,7 @@
 """``manage.py nodeflow_scheduler``: fire due schedules (any number of copies)."""
-from executions.roles.scheduler import SchedulerRole
+
 from executions.roles.command import RoleCommand
+from executions.roles.scheduler import SchedulerRole
 
 
 class Command(RoleCommand):

@@ -1,6 +1,7 @@
 """``manage.py nodeflow_sweeper``: fire timers and expire leases (any number of copies)."""
-from executions.roles.sweeper import SweeperRole
+
 from executions.roles.command import RoleCommand
+from executions.roles.sweeper import SweeperRole
 
 
 class Command(RoleCommand):

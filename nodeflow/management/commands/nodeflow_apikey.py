@@ -3,6 +3,7 @@
 ``create`` prints the new key alone on its last stdout line, so scripts can
 take it with ``| tail -n 1``.
 """
+
 from django.core.management.base import BaseCommand, CommandError
 
 from nodeflow.keys import create_api_key, revoke_api_key

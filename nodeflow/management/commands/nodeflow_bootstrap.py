@@ -1,5 +1,6 @@
 """``manage.py nodeflow_bootstrap``: the ``default`` namespace and, the first
 time only, an admin key for it, printed once on the last stdout line."""
+
 from django.core.management.base import BaseCommand
 
 from nodeflow.keys import create_api_key, ensure_namespace

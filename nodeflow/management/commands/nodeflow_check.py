@@ -2,6 +2,7 @@
 as OK, WARN or FAIL with what is wrong and how to fix it; exits 1 when any
 check FAILs (2 with ``--strict`` when any WARNs), so it can gate a deploy or
 back a health probe. The checks live in ``nodeflow.deployment_check``."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand

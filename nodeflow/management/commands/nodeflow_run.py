@@ -6,6 +6,7 @@ first SIGTERM/SIGINT stops it cleanly (the roles finish their tick, then
 the server shuts down); a second exits at once. Production runs the roles as separate processes
 (see docs/deployment.md).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,7 +48,9 @@ class Command(BaseCommand):
         threads += [threading.Thread(target=role.run, name=role.name, daemon=True) for role in roles]
         for thread in threads:
             thread.start()
-        self.stdout.write(f"Node Flow listening on http://{addr}/ (roles: {', '.join(r.name for r in roles) or 'none'})")
+        self.stdout.write(
+            f"Node Flow listening on http://{addr}/ (roles: {', '.join(r.name for r in roles) or 'none'})"
+        )
         stop.wait()
         log.info("stopping")
         for role in roles:

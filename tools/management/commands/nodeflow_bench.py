@@ -1,5 +1,6 @@
 """``manage.py nodeflow_bench``: throughput, latency and commit figures, with a
 pgbench baseline from the same run. PostgreSQL only (see tools/bench.py)."""
+
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
@@ -19,8 +20,13 @@ class Command(BaseCommand):
     def handle(self, *args, tasks: int, unbatched_tasks: int, latency_runs: int, json: str, **options) -> None:
         if connection.vendor != "postgresql":
             raise CommandError("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
-        bench = Bench(admin_url=with_database(live_database_url(), "postgres"), tasks=tasks,
-                      unbatched_tasks=unbatched_tasks, latency_runs=latency_runs, out=self.stdout.write)
+        bench = Bench(
+            admin_url=with_database(live_database_url(), "postgres"),
+            tasks=tasks,
+            unbatched_tasks=unbatched_tasks,
+            latency_runs=latency_runs,
+            out=self.stdout.write,
+        )
         figures = bench.run()
         write_json(figures, json)
         self.stdout.write(f"figures written to {json}")

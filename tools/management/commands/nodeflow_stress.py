@@ -1,6 +1,7 @@
 """``manage.py nodeflow_stress``: many processes × many pollers against the
 controls for a bounded time; prints the most seen in flight per control
 (see tools/stress.py). Meant for PostgreSQL; SQLite works, slowly."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         if options["child"]:
-            stress.run_child(stress.Plan(**{**json.loads(options["plan"])}), options["child"])
+            stress.run_child(stress.Plan(**json.loads(options["plan"])), options["child"])
             return
         if options["no_controls"]:
             options.update(cap=0, permits=0, rate=0)
