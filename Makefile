@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ADDR ?= 127.0.0.1:8000
 PYTEST_ARGS ?=
 
-.PHONY: run test test-sqlite test-postgres venv migrate bench clean
+.PHONY: run test test-sqlite test-postgres lint venv migrate bench clean
 
 venv: $(VENV)/.installed
 
@@ -34,6 +34,15 @@ test-postgres: venv
 test-sqlite: venv
 	@echo "== tests on SQLite"
 	env -u DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS)
+
+# Static checks (pyproject.toml): ruff's lint, import order and format check,
+# mypy over the product packages, and every `# noqa` / `type: ignore` saying why.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	@! git grep -nE '# (noqa(: [A-Z0-9, ]+)?|type: ignore(\[[-a-z, ]+\])?) *$$' -- '*.py' \
+		|| { echo "each noqa and type: ignore above must say why (' - reason' or '  # reason')"; exit 1; }
 
 # The benchmark (tools/bench.py; PostgreSQL: DATABASE_URL=postgres://…). The
 # soak and the stress run: README, "Tools".

@@ -28,7 +28,9 @@ FINISH_S = 90.0
 
 
 def register(client: Client) -> None:
-    post = lambda path, body: client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()  # noqa: E731
+    def post(path: str, body: dict) -> None:
+        client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()
+
     # A killed worker's lease runs out after 2 s and the attempt is retried.
     for name in ("step", "branch"):
         post(

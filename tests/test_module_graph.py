@@ -37,7 +37,14 @@ LAYERS = [
         "quotas.semaphores",
     },
     {"executions.executor"},
-    {"executions.lifecycle", "executions.results", "executions.dispatch", "executions.timers", "executions.waiting"},
+    {
+        "executions.lifecycle",
+        "executions.results",
+        "executions.dispatch",
+        "executions.timers",
+        "executions.waiting",
+        "quotas.schedules",
+    },
 ]
 
 
