@@ -1,32 +1,54 @@
 """``manage.py nodeflow_run --addr 127.0.0.1:8000``: the embedded default.
 
-One process serves the API (a threaded WSGI server, so long-polls do not
-block each other) and runs every background role in its own thread. The
-first SIGTERM/SIGINT stops it cleanly (the roles finish their tick, then
-the server shuts down); a second exits at once. Production runs the roles as separate processes
-(see docs/deployment.md).
+One process serves the API and runs every background role in its own
+thread. The API is served by waitress, a production WSGI server: a bounded
+pool of ``--threads`` request threads (each keeps its database connection
+between requests: CONN_MAX_AGE is 60 here unless set), HTTP keep-alive
+answered without the 40 ms Nagle/delayed-ACK stall Django's development
+server had on every kept-alive request (TCP_NODELAY; headers and body in
+one write), and long-polls that hold one thread each while they wait.
+
+The first SIGTERM/SIGINT stops it cleanly (the roles finish their tick,
+requests in flight are answered, then it exits); a second exits at once.
+Production runs the roles as separate processes (docs/deployment.md).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
-from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler, get_internal_wsgi_application
+from django.core.servers.basehttp import get_internal_wsgi_application
+from django.db import connections
+from waitress.server import create_server
 
 from executions.roles.all_in_one import all_in_one_roles
 from executions.roles.loop import stop_on_signals
 
 log = logging.getLogger("nodeflow.run")
 
+# Request threads: every long-poll parked in a wait holds one.
+DEFAULT_THREADS = 16
+# A request thread keeps its database connection this long (CONN_MAX_AGE unset).
+KEEP_CONNECTIONS_S = 60
+# How long a stop waits for requests in flight (a parked long-poll is woken by nothing).
+DRAIN_S = 5.0
 
-def parse_addr(addr: str) -> tuple[str, int, bool]:
+
+def parse_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     if not host or not port.isdigit():
         raise CommandError(f"--addr must be host:port, not {addr!r}")
-    ipv6 = host.startswith("[")
-    return host.strip("[]"), int(port), ipv6
+    return host.strip("[]"), int(port)
+
+
+def keep_connections(conn_max_age_set: bool) -> None:
+    """Request threads are a bounded pool here, so each may keep its
+    database connection instead of connecting per request."""
+    if not conn_max_age_set:
+        connections.settings["default"]["CONN_MAX_AGE"] = KEEP_CONNECTIONS_S
 
 
 class Command(BaseCommand):
@@ -34,28 +56,38 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--addr", default="127.0.0.1:8000", help="host:port to listen on")
+        parser.add_argument(
+            "--threads", type=int, default=DEFAULT_THREADS, help="request threads (long-polls hold one)"
+        )
         parser.add_argument("--no-roles", action="store_true", help="serve the API only")
 
-    def handle(self, *args, addr: str, no_roles: bool, **options) -> None:
-        host, port, ipv6 = parse_addr(addr)
+    def handle(self, *args, addr: str, threads: int, no_roles: bool, **options) -> None:
+        host, port = parse_addr(addr)
+        if threads < 1:
+            raise CommandError("--threads must be at least 1")
+        keep_connections("CONN_MAX_AGE" in os.environ)
         stop = threading.Event()
         stop_on_signals(stop.set)  # a second signal exits at once
-        server = ThreadedWSGIServer((host, port), WSGIRequestHandler, ipv6=ipv6)
-        server.daemon_threads = True
-        server.set_app(get_internal_wsgi_application())
-        threads = [threading.Thread(target=server.serve_forever, name="api", daemon=True)]
-        roles = [] if no_roles else all_in_one_roles(stop)
-        threads += [threading.Thread(target=role.run, name=role.name, daemon=True) for role in roles]
-        for thread in threads:
-            thread.start()
-        self.stdout.write(
-            f"Node Flow listening on http://{addr}/ (roles: {', '.join(r.name for r in roles) or 'none'})"
+        server = create_server(
+            get_internal_wsgi_application(),
+            host=host,
+            port=port,
+            threads=threads,
+            ident="nodeflow",
+            clear_untrusted_proxy_headers=True,
         )
+        roles = [] if no_roles else all_in_one_roles(stop)
+        workers = [threading.Thread(target=server.run, name="api", daemon=True)]
+        workers += [threading.Thread(target=role.run, name=role.name, daemon=True) for role in roles]
+        for worker in workers:
+            worker.start()
+        names = ", ".join(role.name for role in roles) or "none"
+        self.stdout.write(f"Node Flow listening on http://{addr}/ (roles: {names}; {threads} request threads)")
         stop.wait()
         log.info("stopping")
         for role in roles:
             role.request_stop()
-        server.shutdown()
-        for thread in threads[1:]:
-            thread.join(timeout=10)
-        server.server_close()
+        for worker in workers[1:]:
+            worker.join(timeout=10)
+        server.task_dispatcher.shutdown(timeout=DRAIN_S)
+        server.close()
