@@ -255,17 +255,17 @@ def _sequence(tasks: list[dict], rows: _Rows, scope: str) -> Piece:
         return _pass()
     width = max(piece.w for piece in pieces)
     out = Piece(width, 0.0, 0.0, [])
-    y, exits = 0.0, None
+    y = 0.0
     for piece in pieces:
         piece.move((width - piece.w) / 2, y)
-        if exits is None:
+        if piece is pieces[0]:
             out.entry = piece.entry
         else:
-            out.edges += [_edge(exit_, (piece.entry, y)) for exit_ in exits]
+            out.edges += [_edge(exit_, (piece.entry, y)) for exit_ in out.exits]
         out.absorb(piece)
-        exits = piece.exits
+        out.exits = piece.exits  # the last piece's, once the loop ends
         y += piece.h + GAP_Y
-    out.h, out.exits = y - GAP_Y, exits
+    out.h = y - GAP_Y
     return out
 
 

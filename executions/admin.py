@@ -5,7 +5,7 @@ the lifecycle service for one row at a time and reports what it said."""
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
@@ -43,6 +43,8 @@ class RootFilter(admin.SimpleListFilter):
 
 class OperateMixin:
     """Actions need the change permission (see admin_support)."""
+
+    model: type[Model]  # set by the ModelAdmin it is mixed into
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return has_operate_permission(request, self.model)

@@ -155,7 +155,7 @@ def _lease_rows(pick: Pick, worker_id: str, count: int, token: str, now: dt.date
 
 def _ready(pick: Pick, now: dt.datetime):
     """The ready tasks ``pick`` names, as the statements of ``_lease_sql`` select them."""
-    which = {"kind": "system", "task_def_name": pick.name} if pick.system else {"queue": pick.name}
+    which: dict[str, Any] = {"kind": "system", "task_def_name": pick.name} if pick.system else {"queue": pick.name}
     if pick.task_id is not None:
         which["pk"] = pick.task_id
     return Task.objects.filter(

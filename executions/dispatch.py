@@ -90,7 +90,7 @@ def _next_window_in(lease: attempts.Lease) -> float:
 # SIMPLE tasks of that name. On PostgreSQL one statement leases the ready
 # system tasks whose definitions have no controls and names the (namespace,
 # definition) groups of those that have; each group is then leased through
-# its gate (``_lease_gated``). On SQLite every group goes through its gate.
+# its gate (``attempts.lease_gated``, from ``_lease_groups``). On SQLite every group goes through its gate.
 # The lease is short (NODE_FLOW_SYSTEM_TASK_LEASE_SECONDS, a few seconds) and
 # the runner renews it while the call runs (executions.system_tasks.renewals):
 # a runner that dies mid-call is noticed within it even when the policy's
@@ -199,17 +199,21 @@ class _SystemGroups:
     def after(self, group: Group, lease: attempts.Lease) -> None:
         """What ``group``'s gate did: held everything back (counted once per
         hold as a refusal of the control), or leased the last ready task."""
-        gate, newly_held = lease.gate, False
+        gate = lease.gate
+        if gate is None:
+            raise ValueError("a group's lease goes through its gate (attempts.lease_gated)")
+        blocker, refused = gate.blocker, None
         with self._lock:
-            if not lease.tasks and gate.blocker is not None:
-                newly_held = self._known.get(group) is None
+            if not lease.tasks and blocker is not None:
+                if self._known.get(group) is None:
+                    refused = blocker  # newly held
                 self._known[group] = _Hold(time.monotonic() + HOLD_RECHECK_S, gate.retry_at, gate.controls.semaphores)
             elif len(lease.tasks) < gate.allowance:
                 self._known.pop(group, None)  # none left: until a look names it again
             else:
                 self._known[group] = None
-        if newly_held:
-            quota_metrics.record_refusal(gate.blocker.control)
+        if refused is not None:
+            quota_metrics.record_refusal(refused.control)
 
     def freed(self, namespace_id: int, name: str | None, semaphores: tuple[str, ...]) -> None:
         """A slot of ``name`` or permits of ``semaphores`` were freed

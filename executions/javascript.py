@@ -68,6 +68,7 @@ def evaluate(code: str, value: Any, limits: Limits = Limits()) -> Any:
         f"(function(){{ const $ = JSON.parse({json.dumps(json.dumps(value))}); const __r = eval({json.dumps(code)});"
         " return __r === undefined ? null : JSON.stringify(__r); })()"
     )
+    racer: MiniRacer | None  # None once a timer is left to close it
     racer = MiniRacer()
     try:
         result = racer.eval(program, timeout_sec=timeout_s, max_memory=max_memory)
@@ -86,7 +87,11 @@ def evaluate(code: str, value: Any, limits: Limits = Limits()) -> Any:
     finally:
         if racer is not None:
             racer.close()
-    return None if result is None else _parsed(result, limits)
+    if result is None:
+        return None
+    if not isinstance(result, str):  # JSON.stringify gives undefined for a function or a symbol
+        raise ScriptError("the script's result is not JSON data (a function or a symbol)")
+    return _parsed(result, limits)
 
 
 def _parsed(result: str, limits: Limits) -> Any:

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Protocol
 
 from django.db import connection, transaction
 
@@ -38,12 +39,18 @@ SYSTEM_KEY = "system"
 FREED_PREFIX = "freed:"
 
 
+class Waiter(Protocol):
+    """What the hub wakes: a ``threading.Event``, or a hook that acts on ``set``."""
+
+    def set(self) -> None: ...
+
+
 class Hub:
     """In-process waiters by key; ``wake`` sets every event waiting on a key."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: dict[Hashable, set[threading.Event]] = {}
+        self._waiters: dict[Hashable, set[Waiter]] = {}
 
     def register(self, key: Hashable) -> threading.Event:
         event = threading.Event()
@@ -51,12 +58,12 @@ class Hub:
             self._waiters.setdefault(key, set()).add(event)
         return event
 
-    def attach(self, key: Hashable, event: threading.Event) -> None:
+    def attach(self, key: Hashable, event: Waiter) -> None:
         """Have ``wake(key)`` set a long-lived event (a role's wake-up)."""
         with self._lock:
             self._waiters.setdefault(key, set()).add(event)
 
-    def unregister(self, key: Hashable, event: threading.Event) -> None:
+    def unregister(self, key: Hashable, event: Waiter) -> None:
         with self._lock:
             waiters = self._waiters.get(key)
             if waiters is not None:

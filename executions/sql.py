@@ -19,19 +19,27 @@ import datetime as dt
 import functools
 import json
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, cast, overload
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.base import ModelState
 
-M = TypeVar("M", bound=models.Model)
-
-
 # Prepare a statement once a connection has run it this many times (psycopg
 # keeps the 100 most used per connection).
 PREPARE_THRESHOLD = 2
+
+# Parameters as the cursor takes them: a sequence for %s, a mapping for %(name)s.
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+def _cached[**P, R](function: Callable[P, R]) -> Callable[P, R]:
+    """``functools.cache``, keeping the function's signature for the type
+    checker. Typeshed takes a cached function's arguments as ``Hashable``,
+    and mypy counts no class as one (python/mypy#11470); every function
+    cached here takes a model class."""
+    return cast(Callable[P, R], functools.cache(function))
 
 
 def _db():
@@ -69,7 +77,10 @@ def cursor():
 def _psycopg_timestamptz_loader() -> type:
     import psycopg
 
-    return psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, psycopg.pq.Format.TEXT)
+    loader = psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, psycopg.pq.Format.TEXT)
+    if loader is None:  # psycopg registers one for every built-in type
+        raise RuntimeError("psycopg has no text loader for timestamptz")
+    return loader
 
 
 @functools.cache
@@ -88,7 +99,7 @@ def _bound_cursor_class() -> type:
     return BoundCursor
 
 
-@functools.cache
+@_cached
 def columns(model: type[models.Model], alias: str = "", fields: tuple[str, ...] | None = None) -> str:
     """Every concrete column of ``model``, in field order, or the columns of
     ``fields`` in their order: what ``rows`` reads."""
@@ -96,7 +107,7 @@ def columns(model: type[models.Model], alias: str = "", fields: tuple[str, ...] 
     return ", ".join(f'{prefix}"{field.column}"' for field in _fields(model, fields))
 
 
-@functools.cache
+@_cached
 def _fields(model: type[models.Model], names: tuple[str, ...] | None) -> tuple[models.Field, ...]:
     if names is None:
         return tuple(model._meta.concrete_fields)
@@ -177,7 +188,7 @@ def _json_from_db(value, expression, connection):
         return value
 
 
-@functools.cache
+@_cached
 def _converters(
     model: type[models.Model], vendor: str, names: tuple[str, ...] | None = None
 ) -> list[tuple[int, list, Any]]:
@@ -193,7 +204,7 @@ def _converters(
     return found
 
 
-@functools.cache
+@_cached
 def _attnames(model: type[models.Model], names: tuple[str, ...] | None = None) -> tuple[str, ...]:
     return tuple(field.attname for field in _fields(model, names))
 
@@ -212,7 +223,7 @@ def to_model[M: models.Model](
     for index, converters, col in _converters(model, db.vendor, fields):
         for convert in converters:
             values[index] = convert(values[index], col, db)
-    instance = model.__new__(model)
+    instance = object.__new__(model)  # no model defines __new__; this skips __init__
     instance.__dict__.update(zip(_attnames(model, fields), values, strict=False))
     instance._state = ModelState()
     instance._state.adding = False
@@ -220,8 +231,20 @@ def to_model[M: models.Model](
     return instance
 
 
+@overload
 def rows[M: models.Model](
-    model: type[M], sql: str, params: Sequence[Any] = (), *, extra: int = 0, fields: tuple[str, ...] | None = None
+    model: type[M], sql: str, params: Params = (), *, extra: Literal[0] = 0, fields: tuple[str, ...] | None = None
+) -> list[M]: ...
+
+
+@overload
+def rows[M: models.Model](
+    model: type[M], sql: str, params: Params = (), *, extra: int, fields: tuple[str, ...] | None = None
+) -> list[tuple[M | None, tuple]]: ...
+
+
+def rows[M: models.Model](
+    model: type[M], sql: str, params: Params = (), *, extra: int = 0, fields: tuple[str, ...] | None = None
 ) -> list[M] | list[tuple[M | None, tuple]]:
     """Run ``sql`` whose select list starts with ``columns(model, fields=fields)``.
     With ``extra``, that many further columns follow, and each row comes

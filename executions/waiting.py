@@ -14,6 +14,7 @@ from executions import attempts, executor, runs
 from executions.models import ExecutionStatus, Message, Task, TaskStatus
 from metadata.expressions import ExpressionError, parse_path
 from nodeflow import clock, transactions
+from nodeflow.errors import NotFound
 from nodeflow.models import Namespace
 
 _ABSENT = object()
@@ -66,6 +67,8 @@ def deliver_webhook(*, namespace: Namespace, name: str, body: dict[str, Any]) ->
 def _complete(task_id: uuid.UUID, execution_id: uuid.UUID, body: dict) -> bool:
     with transactions.outermost():
         execution = runs.lock(execution_id)
+        if execution is None:
+            return False  # deleted since its task was read, and the task with it
         updated = attempts.complete_waiting(task_id, type_="WAIT_FOR_WEBHOOK", now=clock.now(), output=body)
         if updated and execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution)
@@ -77,6 +80,8 @@ def post_message(*, execution_id: uuid.UUID, payload: Any) -> Message:
     decide it (a waiting pull may complete)."""
     with transactions.outermost():
         execution = runs.lock(execution_id)
+        if execution is None:
+            raise NotFound(f"execution '{execution_id}' does not exist")
         message = Message.objects.create(execution=execution, payload=payload, created_at=clock.now())
         if execution.status == ExecutionStatus.RUNNING:
             executor.decide_or_defer(execution)

@@ -2,6 +2,9 @@
 validates them); the admin shows them and can delete task and workflow
 definitions, through the same services as the API's DELETE."""
 
+from collections.abc import Callable
+from typing import ClassVar
+
 from django.contrib import admin
 
 from metadata import taskdefs, workflows
@@ -15,7 +18,8 @@ class DeletesThroughService(ReadOnlyAdmin):
     """Deletion (the change page's button and the bulk action) calls
     ``delete(namespace=…, name=…)`` for each row and reports each outcome."""
 
-    delete = None  # the service: a staticmethod taking namespace= and name=
+    # The service: a staticmethod taking namespace= and name=, set by each subclass.
+    delete: ClassVar[Callable[..., None]]
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return admin.ModelAdmin.has_delete_permission(self, request, obj)

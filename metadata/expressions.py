@@ -108,7 +108,7 @@ def check_reference(path: Path, *, refs: frozenset[str], in_template: bool) -> N
 _MISSING = object()
 
 
-def lookup(context: dict[str, Any], path: Path) -> Any:
+def lookup(context: Mapping[str, Any], path: Path) -> Any:
     """Walk ``path`` through ``context``; a missing step gives None."""
     current: Any = context
     for part in path:
@@ -136,13 +136,13 @@ def _render(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _substitute(match: re.Match, context: dict[str, Any]) -> str:
+def _substitute(match: re.Match, context: Mapping[str, Any]) -> str:
     if match.group(0) == "$${":
         return "${"
     return _render(lookup(context, parse_path(match.group(1))))
 
 
-def resolve(value: Any, context: dict[str, Any]) -> Any:
+def resolve(value: Any, context: Mapping[str, Any]) -> Any:
     """Replace every expression in a JSON value with what it names."""
     if isinstance(value, str):
         whole = _EXPR.fullmatch(value)

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import cached_property
@@ -90,7 +90,7 @@ class BigTableAdmin(ReadOnlyAdmin):
         return queryset.filter(match), False
 
 
-def has_operate_permission(request: HttpRequest, model: type) -> bool:
+def has_operate_permission(request: HttpRequest, model: type[Model]) -> bool:
     """Actions change state: they need the model's change permission, which
     the read-only admins otherwise never use."""
     meta = model._meta
@@ -115,7 +115,7 @@ def report_each(
             messages.success(request, f"{name}: {outcome}")
 
 
-def admin_link(model: type, pk: Any, text: str | None = None):
+def admin_link(model: type[Model], pk: Any, text: str | None = None):
     """A link to a row's admin page, from its id alone (no query)."""
     if pk is None:
         return "-"
@@ -124,7 +124,7 @@ def admin_link(model: type, pk: Any, text: str | None = None):
     return format_html('<a href="{}">{}</a>', url, text or pk)
 
 
-def changelist_link(model: type, text: str, **filters: Any):
+def changelist_link(model: type[Model], text: str, **filters: Any):
     meta = model._meta
     query = "&".join(f"{key}={value}" for key, value in filters.items())
     url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")

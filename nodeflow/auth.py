@@ -70,6 +70,11 @@ class Principal:
     def has_scope(self, scope: Scope) -> bool:
         return scope in ROLE_SCOPES.get(self.role, frozenset())
 
+    def has_any_scope(self, scopes: Scope | tuple[Scope, ...]) -> bool:
+        """Whether it has ``scopes`` (a tuple: any one of them)."""
+        allowed = scopes if isinstance(scopes, tuple) else (scopes,)
+        return any(self.has_scope(scope) for scope in allowed)
+
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """The ``x-api-key`` header. A client that keeps failing is throttled
@@ -134,7 +139,7 @@ class HasScope(permissions.BasePermission):
     message = "this API key may not do that"
 
     def has_permission(self, request, view) -> bool:
-        scopes: dict[str, Scope] | None = getattr(view, "scopes", None)
+        scopes: dict[str, Scope | tuple[Scope, ...]] | None = getattr(view, "scopes", None)
         if scopes is None:
             return True
         principal = request.user
@@ -148,7 +153,6 @@ class HasScope(permissions.BasePermission):
         scope = scopes.get(request.method) or scopes.get("*")
         if request.method in ("HEAD", "OPTIONS"):
             scope = scopes.get("GET", scope)
-        allowed = scope if isinstance(scope, tuple) else (scope,)
-        if scope is None or not any(principal.has_scope(item) for item in allowed):
+        if scope is None or not principal.has_any_scope(scope):
             raise exceptions.PermissionDenied(f"role '{principal.role}' may not {request.method} here")
         return True

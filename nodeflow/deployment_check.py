@@ -262,7 +262,7 @@ def check_database() -> list[Finding]:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is the finding, reported with its text
         return [Finding(FAIL, "database", f"cannot connect: {exc}", "check DATABASE_URL and that the server runs")]
     elapsed_ms = (time.monotonic() - started) * 1000
     found = [Finding(OK, "database", f"{connection.vendor} answers ({elapsed_ms:.0f} ms)")]

@@ -27,7 +27,7 @@ import hmac
 import logging
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, overload
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -106,15 +106,29 @@ def task_type(task: TaskLike) -> str:
     return task.task_def_name if task.kind == "worker" else task.type
 
 
+@overload
+def _child(metric: Counter, labels: tuple[str, ...]) -> Counter: ...
+@overload
+def _child(metric: Histogram, labels: tuple[str, ...]) -> Histogram: ...
+
+
 @functools.lru_cache(maxsize=10_000)
 def _child(metric: Counter | Histogram, labels: tuple[str, ...]) -> Counter | Histogram:
     # labels() validates and locks on every call; the hot path reuses children.
     return metric.labels(*labels)
 
 
-def _after_commit(increments: list[tuple[Counter, tuple[str, ...], float]]) -> None:
+Increments = list[tuple[Counter, tuple[str, ...], float]]
+
+
+def _after_commit(increments: Increments) -> None:
     if increments:
-        transaction.on_commit(lambda: [_child(counter, labels).inc(amount) for counter, labels, amount in increments])
+        transaction.on_commit(functools.partial(_increment, increments))
+
+
+def _increment(increments: Increments) -> None:
+    for counter, labels, amount in increments:
+        _child(counter, labels).inc(amount)
 
 
 # --- recorders (called by the services) --------------------------------------
@@ -125,7 +139,7 @@ def record_decision(decision: Decision) -> None:
     (created ended, or moved from open to ended), once it commits. A row
     that ended before (a worker's FAILED) and is only relabelled now (an
     optional task's COMPLETED_WITH_ERRORS) was counted when it ended."""
-    increments = [(TASK_RETRIES, (name,), 1.0) for name in decision.retries]
+    increments: Increments = [(TASK_RETRIES, (name,), 1.0) for name in decision.retries]
     increments += [(RETRY_BUDGET_REFUSALS, (name,), 1.0) for name in decision.budget_refusals]
     ended = [row for row in decision.created if row.status in ENDED]
     ended += [row for row in decision.updated if row.status in ENDED and row.read_status in OPEN]
@@ -170,9 +184,12 @@ def record_dispatch(tasks: Iterable[LeasedTask]) -> None:
         if task.started_at is not None and task.available_at is not None
     ]
     if observed:
-        transaction.on_commit(
-            lambda: [_child(DISPATCH_LATENCY, (label,)).observe(max(0.0, s)) for label, s in observed]
-        )
+        transaction.on_commit(functools.partial(_observe_dispatch, observed))
+
+
+def _observe_dispatch(observed: list[tuple[str, float]]) -> None:
+    for label, seconds in observed:
+        _child(DISPATCH_LATENCY, (label,)).observe(max(0.0, seconds))
 
 
 def record_timeout(timeout: str, policy: str) -> None:
@@ -326,7 +343,7 @@ class DatabaseCollector:
 class _ThisProcess:
     """The default registry's metrics (single-process mode only)."""
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterable[Metric]:
         return REGISTRY.collect()
 
 

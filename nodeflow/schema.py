@@ -61,7 +61,7 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 def _error_codes(method: str) -> tuple[str, ...]:
-    codes = ("400", "401", "403", "404", "503")
+    codes: tuple[str, ...] = ("400", "401", "403", "404", "503")
     if method in BODY_METHODS:
         codes += ("413", "415")
     if method in BODY_METHODS or method == "DELETE":

@@ -182,7 +182,7 @@ class Worker:
 
     def _drain(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._drain_lock.acquire(timeout=-1 if deadline is None else max(timeout, 0)):
+        if not self._drain_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             return False
         try:
             if self._done.is_set() or not self._started:

@@ -3,6 +3,7 @@
 (admission tickets, rate windows, polls) is read-only bookkeeping."""
 
 from django.contrib import admin
+from django.db.models import Model
 
 from metadata.admin import DeletesThroughService
 from nodeflow.admin_support import ReadOnlyAdmin, has_operate_permission, report_each
@@ -11,6 +12,8 @@ from quotas.models import Admission, NamespaceQuota, RateWindow, Schedule, Semap
 
 
 class OperateMixin:
+    model: type[Model]  # set by the ModelAdmin it is mixed into
+
     def has_operate_permission(self, request) -> bool:
         return has_operate_permission(request, self.model)
 

@@ -172,10 +172,8 @@ def held_by(*, execution: Execution, now: dt.datetime) -> Holder | None:
     if refusal is None:
         refusal = _over_max_concurrent(execution, workflow, held=False, lock=False)
     if refusal is not None:
-        retry_after = refusal.fields.get("retryAfterSeconds")
-        until = (
-            now + dt.timedelta(seconds=retry_after) if refusal.fields.get("quota") == "maxExecutionsPerMinute" else None
-        )
+        per_minute = refusal.fields.get("quota") == "maxExecutionsPerMinute"
+        until = now + dt.timedelta(seconds=refusal.fields["retryAfterSeconds"]) if per_minute else None
         return Holder(_control(refusal), refusal.fields["limit"], refusal.fields["current"], until)
     if quota is not None and quota.max_concurrent_executions is not None:
         current = namespace_quotas.active_roots(execution.namespace_id, held=False)

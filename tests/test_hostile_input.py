@@ -400,6 +400,13 @@ def test_a_script_result_holding_a_nul_fails_with_a_reason():
         evaluate("({k: 'a\\u0000b'})", {})
 
 
+@pytest.mark.parametrize("code", ["(function () {})", "Symbol('s')"])
+def test_a_script_result_that_is_not_json_fails_with_a_reason(code):
+    # JSON.stringify gives undefined for these: the result is no JSON text at all.
+    with pytest.raises(ScriptError, match="not JSON data"):
+        evaluate(code, {})
+
+
 def test_it_refuses_a_nul_in_a_namespace_name_from_an_all_namespaces_key(make_key):
     response = Api(make_key("admin", None), "a%00b").get("executions")
     assert_error(response, 400, "VALIDATION_ERROR")

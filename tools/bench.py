@@ -40,7 +40,7 @@ import psycopg
 from django.conf import settings
 
 from nodeflow.process import tune_gc
-from nodeflow_worker import Client
+from nodeflow_worker import Client, LeasedTask
 from tools.stack import Stack, with_database
 
 TASK = "bench_task"
@@ -103,6 +103,8 @@ class Bench:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_clear_snapshot()")
             row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [self.db_name]).fetchone()
+        if row is None:
+            raise RuntimeError(f"PostgreSQL keeps no statistics of database {self.db_name}")
         return int(row[0])
 
     def setup(self) -> Client:
@@ -120,7 +122,9 @@ class Bench:
         return client
 
     def register(self, client: Client) -> None:
-        post = lambda path, body: client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()  # noqa: E731
+        def post(path: str, body: dict) -> None:
+            client.http.post(f"/v1/ns/default/{path}", json=body).raise_for_status()
+
         for name in (TASK, STEP):
             post("metadata/task-definitions", {"name": name, "retryCount": 0})
         post(
@@ -153,7 +157,10 @@ class Bench:
             text=True,
         )
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        return float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))
+        found = re.search(r"tps = ([\d.]+)", done.stdout)
+        if found is None:
+            raise RuntimeError(f"pgbench printed no tps figure:\n{done.stdout}")
+        return float(found.group(1))
 
     def start_many(self, client: Client, name: str, count: int) -> float:
         started = time.monotonic()
@@ -244,7 +251,7 @@ class Bench:
             started = time.perf_counter()
             client.start("bench_ten")
             for _ in range(10):
-                leased = []
+                leased: list[LeasedTask] = []
                 while not leased:
                     leased = client.poll(STEP, worker_id="seq", count=1, wait_s=5)
                 client.complete(leased[0], {"ok": True})

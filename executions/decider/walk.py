@@ -229,6 +229,7 @@ class Walk:
         snap, decision = self.snap, self.decision
         if snap.status != "RUNNING":
             return decision  # ended, or paused: nothing is scheduled
+        ending: Ending | None
         if snap.deadline is not None and self.now >= snap.deadline:
             # One budget: once the deadline has passed nothing more is
             # scheduled, retried or iterated, even if the workflow-timeout

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
@@ -89,12 +90,14 @@ class SystemTaskRole(Role):
             self.full_counted = True
             quota_metrics.record_refusal("runnerCapacity")
 
-    def run_once(self) -> int:
+    def run_once(self, *, budget_s: float | None = None) -> int:
         """Run every ready system task in this thread, one after another
-        (``--once`` and tests: nothing is left running on return)."""
+        (``--once`` and tests: nothing is left running on return), until
+        none is left or ``budget_s`` has passed."""
         diagnostics.record_system_poll(worker_id=self.worker, threads=self.threads)
+        give_up = None if budget_s is None else time.monotonic() + budget_s
         count = 0
-        while runner.run_next(worker=self.worker):
+        while (give_up is None or time.monotonic() < give_up) and runner.run_next(worker=self.worker):
             count += 1
         breakers.report_if_due()
         return count

@@ -118,7 +118,9 @@ def resolve(host: str, port: int) -> list[Address]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise RetryableError(f"connection error: cannot resolve {host}: {exc}", counts=True) from exc
-    return list(dict.fromkeys(_unmapped(ipaddress.ip_address(info[4][0].split("%")[0])) for info in infos))
+    # An IPv6 answer carries no address text on a Python built without IPv6.
+    texts = [info[4][0] for info in infos if isinstance(info[4][0], str)]
+    return list(dict.fromkeys(_unmapped(ipaddress.ip_address(text.split("%")[0])) for text in texts))
 
 
 def aliases(address: Address) -> list[Address]:

@@ -124,7 +124,8 @@ def execute(ctx: Context, *, namespace_id: int, first: bool) -> Outcome | TaskFa
         return RetryableError(f"no system task implementation for {ctx.type}")
     permit = breakers.registry().acquire(key, namespace_id)
     if permit is None:
-        return circuit_open(key)
+        # Only a named breaker refuses: a call without a key always gets a permit.
+        return circuit_open(key)  # type: ignore[arg-type]  # mypy cannot tie key to permit being None
     counts: bool | None = None
     try:
         outcome = handler.start(ctx) if first else handler.execute(ctx)
