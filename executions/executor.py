@@ -21,6 +21,7 @@ import logging
 import random
 import time
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -162,6 +163,22 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
     if tasks is None:
         tasks = read_run(execution)
     rows = [to_row(task) for task in tasks]
+    return _snapshot(
+        execution,
+        now,
+        rows,
+        children=_children(rows),
+        messages=_messages(execution, rows),
+        run=execution.run,
+        next_seq=max((task.seq for task in tasks), default=-1) + 1,
+        evaluated_at=execution.evaluated_at,
+        budgets=_budgets(execution, rows, now),
+    )
+
+
+def _snapshot(execution: Execution, now: dt.datetime, rows: list[Row], **known: Any) -> Snapshot:
+    """The snapshot's fields every decision reads from the execution row and
+    the settings; ``known``: what the caller knows of its tasks."""
     return Snapshot(
         execution_id=execution.id,
         status=execution.status,
@@ -172,20 +189,15 @@ def load_snapshot(execution: Execution, now: dt.datetime, tasks: list[Task] | No
         rows=rows,
         now=now,
         task_defs=taskdefs.policies(execution.namespace_id),
-        children=_children(rows),
-        messages=_messages(execution, rows),
         depth=execution.depth,
         path_prefix=execution.path_prefix,
-        run=execution.run,
-        next_seq=max((task.seq for task in tasks), default=-1) + 1,
-        evaluated_at=execution.evaluated_at,
         deadline=execution.deadline,
         correlation_id=execution.correlation_id,
         name=execution.name,
         version=execution.version,
         parent_execution_id=execution.parent_execution_id,
-        budgets=_budgets(execution, rows, now),
         **_limits(),
+        **known,
     )
 
 
@@ -280,25 +292,7 @@ def decide_new(execution: Execution) -> Decision:
 
 
 def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
-    return Snapshot(
-        execution_id=execution.id,
-        status=execution.status,
-        workflow=workflow_of(execution),
-        workflows=snapshot_body(execution.snapshot_id)["workflows"],
-        input=execution.input,
-        variables=execution.variables,
-        rows=[],
-        now=now,
-        task_defs=taskdefs.policies(execution.namespace_id),
-        depth=execution.depth,
-        path_prefix=execution.path_prefix,
-        deadline=execution.deadline,
-        correlation_id=execution.correlation_id,
-        name=execution.name,
-        version=execution.version,
-        parent_execution_id=execution.parent_execution_id,
-        **_limits(),
-    )
+    return _snapshot(execution, now, [])
 
 
 def decide_now(execution_id: uuid.UUID) -> Decision | None:
