@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from executions import attempts, executor, runs, sql
+from executions import attempts, dispatch, executor, runs, sql
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock, transactions
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
@@ -77,26 +77,57 @@ def _ends(result: Result) -> bool:
     return result.status != TaskStatus.IN_PROGRESS
 
 
+@dataclass(frozen=True)
+class Next:
+    """A worker's ask, on a result, for its next tasks (eager dispatch):
+    leased in the result's own transaction, through the same gate as a poll,
+    so a sequential step is one round trip and one commit. ``queue`` None:
+    the reported task's own."""
+
+    worker_id: str
+    count: int
+    queue: str | None = None
+
+
 def report_result(*, namespace: Namespace, result: Result, human: bool = False) -> Task:
     """Apply one result (and the decision it causes)."""
     with transactions.outermost():
-        execution = runs.lock_of_task(result.task_id, namespace_id=namespace.id)
-        if execution is None:
-            raise NotFound(f"task '{result.task_id}' does not exist")
-        # Read under the lock. A result that will be decided reads the whole
-        # run once: the decider gets these rows, with the write applied.
-        run = executor.read_run(execution) if _decides(result, execution) else []
-        task = next((t for t in run if t.id == result.task_id), None) or _read_task(result.task_id)
-        if task is None:  # deleted (a purge) since the lock query found it
-            raise NotFound(f"task '{result.task_id}' does not exist")
-        now = clock.now()
-        _check(task, result, human=human, now=now)
-        values = _values(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
-        if not attempts.record_result(task, values, lease_token=None if human else result.lease_token, now=now):
-            raise _stale(task)
-        if _ends(result) and execution.status == ExecutionStatus.RUNNING:
-            executor.decide_or_defer(execution, tasks=run or None)
-        return task
+        return _report(namespace, result, human=human)
+
+
+def report_and_lease(*, namespace: Namespace, result: Result, then: Next) -> tuple[Task, list[Task]]:
+    """Apply one result, then lease the worker's next tasks, in one
+    transaction: the task the decision just scheduled can be among them."""
+    with transactions.outermost():
+        task = _report(namespace, result, human=False)
+        return task, _lease(namespace, then, task.queue)
+
+
+def _lease(namespace: Namespace, then: Next, queue: str | None) -> list[Task]:
+    queue = then.queue or queue
+    if queue is None or queue.startswith("@"):
+        return []  # a system task's queue is the runner's, not a worker's
+    return dispatch.poll(namespace=namespace, queue=queue, worker_id=then.worker_id, count=then.count, wait_s=0)
+
+
+def _report(namespace: Namespace, result: Result, *, human: bool) -> Task:
+    execution = runs.lock_of_task(result.task_id, namespace_id=namespace.id)
+    if execution is None:
+        raise NotFound(f"task '{result.task_id}' does not exist")
+    # Read under the lock. A result that will be decided reads the whole
+    # run once: the decider gets these rows, with the write applied.
+    run = executor.read_run(execution) if _decides(result, execution) else []
+    task = next((t for t in run if t.id == result.task_id), None) or _read_task(result.task_id)
+    if task is None:  # deleted (a purge) since the lock query found it
+        raise NotFound(f"task '{result.task_id}' does not exist")
+    now = clock.now()
+    _check(task, result, human=human, now=now)
+    values = _values(task, result, now, paused=execution.status == ExecutionStatus.PAUSED)
+    if not attempts.record_result(task, values, lease_token=None if human else result.lease_token, now=now):
+        raise _stale(task)
+    if _ends(result) and execution.status == ExecutionStatus.RUNNING:
+        executor.decide_or_defer(execution, tasks=run or None)
+    return task
 
 
 def _decides(result: Result, execution: Execution) -> bool:
@@ -111,37 +142,45 @@ def _read_task(task_id: uuid.UUID) -> Task | None:
     return found[0] if found else None
 
 
-def report_results(*, namespace: Namespace, results: list[Result]) -> list[dict]:
+def report_results(
+    *, namespace: Namespace, results: list[Result], then: Next | None = None
+) -> tuple[list[dict], list[Task]]:
     """Apply a batch; one answer per result, in order. One bad item never
     spoils the others. Results that set the same columns under the same lease
     token (a worker finishing what one poll gave it) are written by one
-    statement."""
-    answers: list[dict] = []
+    statement. ``then``: lease the worker's next tasks in the same
+    transaction (by default from the queue of the first task reported)."""
     with transactions.outermost():
-        locked = runs.lock_of_tasks(
-            [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS
+        answers, queues = _report_batch(namespace, results)
+        return answers, ([] if then is None else _lease(namespace, then, next(iter(queues), None)))
+
+
+def _report_batch(namespace: Namespace, results: list[Result]) -> tuple[list[dict], list[str]]:
+    answers: list[dict] = []
+    locked = runs.lock_of_tasks(
+        [r.task_id for r in results], namespace_id=namespace.id, fields=executor.DECIDING_EXECUTION_FIELDS
+    )
+    # Read under the locks. When any result may be decided, the runs of
+    # the executions that can be are read whole, once: the decider gets
+    # these rows, with the writes applied.
+    run_rows: dict = {}
+    if any(r.status != TaskStatus.IN_PROGRESS for r in results):
+        run_rows = executor.read_runs(
+            [e for e in locked.values() if executor.decidable(e)], fields=executor.DECIDING_TASK_FIELDS
         )
-        # Read under the locks. When any result may be decided, the runs of
-        # the executions that can be are read whole, once: the decider gets
-        # these rows, with the writes applied.
-        run_rows: dict = {}
-        if any(r.status != TaskStatus.IN_PROGRESS for r in results):
-            run_rows = executor.read_runs(
-                [e for e in locked.values() if executor.decidable(e)], fields=executor.DECIDING_TASK_FIELDS
-            )
-        tasks = {t.id: t for run in run_rows.values() for t in run}
-        tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))
-        # Only tasks whose execution this transaction holds (one that appeared
-        # after the lock statement is answered 404, as it was then).
-        tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
-        planned: list[tuple[Task, dict, str]] = []
-        touched: dict[uuid.UUID, Execution] = {}
-        now = clock.now()
-        for result in results:
-            answers.append(_plan_one(result, tasks.get(result.task_id), locked, planned, touched, now))
-        attempts.record_results(planned, now=now)
-        executor.decide_many(list(touched.values()), tasks=run_rows)
-    return answers
+    tasks = {t.id: t for run in run_rows.values() for t in run}
+    tasks.update(_read_tasks([r.task_id for r in results if r.task_id not in tasks], namespace_id=namespace.id))
+    # Only tasks whose execution this transaction holds (one that appeared
+    # after the lock statement is answered 404, as it was then).
+    tasks = {pk: t for pk, t in tasks.items() if t.execution_id in locked}
+    planned: list[tuple[Task, dict, str]] = []
+    touched: dict[uuid.UUID, Execution] = {}
+    now = clock.now()
+    for result in results:
+        answers.append(_plan_one(result, tasks.get(result.task_id), locked, planned, touched, now))
+    attempts.record_results(planned, now=now)
+    executor.decide_many(list(touched.values()), tasks=run_rows)
+    return answers, [task.queue for task, _, _ in planned if task.queue]
 
 
 def _read_tasks(task_ids: list[uuid.UUID], *, namespace_id: int) -> dict[uuid.UUID, Task]:

@@ -104,7 +104,15 @@ RESULT_STATUSES = (
 )
 
 
-class ResultSerializer(StrictSerializer):
+class NextSerializer(StrictSerializer):
+    """Eager dispatch: the worker's next tasks, leased with the result."""
+
+    workerId = StrictCharField(max_length=256, required=False, default="")
+    count = StrictIntegerField(min_value=1, max_value=MAX_POLL_COUNT, required=False, default=1)
+    taskType = StrictCharField(max_length=256, required=False)
+
+
+class _ResultFields(StrictSerializer):
     leaseToken = StrictCharField(max_length=64, required=False, allow_null=True)
     status = EnumField(choices=[(s, s) for s in RESULT_STATUSES])
     outputData = JSONObjectField(required=False, default=dict)
@@ -113,12 +121,17 @@ class ResultSerializer(StrictSerializer):
     logs = serializers.ListField(child=serializers.JSONField(), max_length=100, required=False, default=list)
 
 
-class BatchResultSerializer(ResultSerializer):
+class ResultSerializer(_ResultFields):
+    next = NextSerializer(required=False)
+
+
+class BatchResultSerializer(_ResultFields):
     taskId = serializers.UUIDField()
 
 
 class BatchResultsSerializer(StrictSerializer):
     results = BatchResultSerializer(many=True, allow_empty=False, max_length=MAX_BATCH_RESULTS)
+    next = NextSerializer(required=False)
 
 
 def task_view(task: Task, *, now=None, context: dict | None = None) -> dict:

@@ -172,6 +172,13 @@ class HeartbeatView(WorkerView):
         )
 
 
+def _next(data: dict) -> results.Next:
+    queue = data.get("taskType")
+    if queue is not None and not is_name(queue):
+        raise InvalidField("next.taskType", "not a task type name")
+    return results.Next(worker_id=data["workerId"], count=data["count"], queue=queue)
+
+
 def _result(task_id, data: dict) -> results.Result:
     return results.Result(
         task_id=task_id,
@@ -197,8 +204,13 @@ class ResultView(WorkerView):
         if not human and not request.user.has_scope(Scope.TASKS_WORK):
             # A lease is a worker's: a developer completes HUMAN tasks only.
             raise exceptions.PermissionDenied(f"role '{request.user.role}' may not report a leased task's result")
-        task = results.report_result(namespace=self.namespace, result=_result(_task_uuid(task_id), data), human=human)
-        return Response(task_view(task))
+        result = _result(_task_uuid(task_id), data)
+        if "next" not in data:
+            return Response(task_view(results.report_result(namespace=self.namespace, result=result, human=human)))
+        if human:
+            raise InvalidField("next", "only a leased task's result can lease the next tasks")
+        task, leased = results.report_and_lease(namespace=self.namespace, result=result, then=_next(data["next"]))
+        return Response({**task_view(task), "next": [leased_view(t) for t in leased]})
 
 
 class BatchResultsView(WorkerView):
@@ -217,7 +229,11 @@ class BatchResultsView(WorkerView):
         for item in items:
             if not item.lease_token:
                 raise InvalidField("results.leaseToken", "required for every result in a batch")
-        return Response({"results": results.report_results(namespace=self.namespace, results=items)})
+        then = _next(body["next"]) if "next" in body else None
+        answers, leased = results.report_results(namespace=self.namespace, results=items, then=then)
+        if then is None:
+            return Response({"results": answers})
+        return Response({"results": answers, "next": [leased_view(t) for t in leased]})
 
 
 class WebhookView(NamespacedView):

@@ -133,8 +133,14 @@ class Client:
         reason: str = "",
         logs: list | None = None,
         callback_after_s: float = 0.0,
+        next: dict | None = None,
     ) -> dict:
+        """Report one result. ``next`` (``{"workerId", "count", "taskType"}``):
+        lease the next tasks in the same request (eager dispatch); the answer's
+        ``next`` lists them, as a poll would."""
         body = result_body(task, status, output=output, reason=reason, logs=logs, callback_after_s=callback_after_s)
+        if next is not None:
+            body["next"] = next
         return self._post(f"tasks/{task.task_id}/result", body).json()
 
     def results(self, items: list[tuple[LeasedTask, str, dict]]) -> list[dict]:
@@ -146,6 +152,11 @@ class Client:
     def post_results(self, bodies: list[dict]) -> list[dict]:
         """The batch route with ready-made bodies (``result_body`` plus ``taskId``), up to 100."""
         return self._post("tasks/results", {"results": bodies}).json()["results"]
+
+    def post_results_and_lease(self, bodies: list[dict], next: dict) -> tuple[list[dict], list[LeasedTask]]:
+        """``post_results``, leasing the next tasks in the same request (eager dispatch)."""
+        answer = self._post("tasks/results", {"results": bodies, "next": next}).json()
+        return answer["results"], [LeasedTask.from_json(item) for item in answer.get("next", [])]
 
     # Conveniences for scripts and tests.
     def start(self, name: str, input: dict | None = None, **fields: Any) -> dict:

@@ -5,6 +5,13 @@ Results that finish together go in one request to the batch route (up to
 with backoff for up to ``retry_for_s``; after that the result is given up and
 the server re-delivers the task when its lease runs out. A 409 (lease lost,
 task canceled) drops the result: the server has already moved on.
+
+With ``Eager``, a final result also asks for the next tasks of its type,
+one for each slot it frees (eager dispatch): the server leases them in the
+result's own transaction, and each takes over the slot of a result that
+leased it (that result's ``done`` is not called: the slot stays held), so
+the worker never holds more leases than slots. A sequential flow's step is one request, not a result
+and then a poll.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from nodeflow_worker.backoff import Backoff, is_transient
-from nodeflow_worker.client import Client, StaleLease, result_body
+from nodeflow_worker.client import Client, LeasedTask, StaleLease, result_body
 from nodeflow_worker.task import Task
 
 log = logging.getLogger("nodeflow_worker")
@@ -36,6 +43,7 @@ class Report:
     logs: list = field(default_factory=list)
     callback_after_s: float = 0.0
     done: Callable[[], None] = lambda: None  # called once, when sent or given up
+    slot_passed: bool = False  # its slot went to a task its result leased (eager dispatch): no ``done``
 
     def body(self) -> dict:
         return result_body(
@@ -48,11 +56,24 @@ class Report:
         )
 
 
+@dataclass(frozen=True)
+class Eager:
+    """Eager dispatch: who asks (``worker_id``), whether more tasks of a type
+    are wanted now (not while stopping), and where leased ones go."""
+
+    worker_id: str
+    wanted: Callable[[str], bool]
+    begin: Callable[[str, list[LeasedTask]], None]  # each task in a slot already held
+
+
 class Reporter:
-    def __init__(self, client: Client, *, batch: bool = True, retry_for_s: float = 60.0) -> None:
+    def __init__(
+        self, client: Client, *, batch: bool = True, retry_for_s: float = 60.0, eager: Eager | None = None
+    ) -> None:
         self.client = client
         self.batch = batch
         self.retry_for_s = retry_for_s
+        self.eager = eager
         self._queue: queue.Queue[Report | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="nodeflow-reporter", daemon=True)
 
@@ -94,11 +115,34 @@ class Reporter:
                 self._send_batch(reports)
         finally:
             for report in reports:
-                report.done()
+                if not report.slot_passed:
+                    report.done()
+
+    def _next_for(self, reports: list[Report]) -> dict | None:
+        """What to ask with these results: one next task per slot their
+        final results free, when they are all of one type that is wanted."""
+        types = {report.task.leased.task_type for report in reports}
+        final = [report for report in reports if report.status != "IN_PROGRESS"]
+        if self.eager is None or not final or len(types) != 1:
+            return None
+        (task_type,) = types
+        if not self.eager.wanted(task_type):
+            return None
+        return {"workerId": self.eager.worker_id, "count": min(len(final), MAX_BATCH), "taskType": task_type}
+
+    def _hand_over(self, ask: dict | None, leased: list[LeasedTask], reports: list[Report]) -> None:
+        """Give each leased task the slot of one final result of ``reports``."""
+        if self.eager is None or ask is None or not leased:
+            return
+        final = [report for report in reports if report.status != "IN_PROGRESS"]
+        for report in final[: len(leased)]:
+            report.slot_passed = True
+        self.eager.begin(ask["taskType"], leased[: len(final)])
 
     def _send_one(self, report: Report) -> None:
+        ask = self._next_for([report])
         try:
-            self._with_retries(
+            answer = self._with_retries(
                 lambda: self.client.result(
                     report.task.leased,
                     report.status,
@@ -106,8 +150,10 @@ class Reporter:
                     reason=report.reason,
                     logs=report.logs,
                     callback_after_s=report.callback_after_s,
+                    next=ask,
                 )
             )
+            self._hand_over(ask, [LeasedTask.from_json(item) for item in answer.get("next", [])], [report])
         except StaleLease as exc:
             log.warning("%r: result dropped (%s)", report.task, exc)
         except httpx.HTTPStatusError as exc:
@@ -119,8 +165,13 @@ class Reporter:
 
     def _send_batch(self, reports: list[Report]) -> None:
         bodies = [{"taskId": report.task.task_id, **report.body()} for report in reports]
+        ask = self._next_for(reports)
         try:
-            answers = self._with_retries(lambda: self.client.post_results(bodies))
+            if ask is None:
+                answers = self._with_retries(lambda: self.client.post_results(bodies))
+            else:
+                answers, leased = self._with_retries(lambda: self.client.post_results_and_lease(bodies, ask))
+                self._hand_over(ask, leased, reports)
         except httpx.HTTPStatusError as exc:
             # One malformed item refuses the whole batch: send each on its own.
             log.info("batch of %d refused (%s); reporting one by one", len(reports), exc)

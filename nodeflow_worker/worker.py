@@ -38,7 +38,7 @@ from nodeflow_worker.backoff import Backoff, is_transient
 from nodeflow_worker.client import Client, LeasedTask
 from nodeflow_worker.errors import LeaseLost, TaskError, WorkerError
 from nodeflow_worker.heartbeats import Heartbeats
-from nodeflow_worker.reporter import Report, Reporter
+from nodeflow_worker.reporter import Eager, Report, Reporter
 from nodeflow_worker.task import Task
 
 log = logging.getLogger("nodeflow_worker")
@@ -85,6 +85,7 @@ class Worker:
         max_heartbeat_interval_s: float = 30.0,
         batch_results: bool = True,
         report_retry_s: float = 60.0,
+        eager_dispatch: bool = True,
         client: Client | None = None,
     ) -> None:
         if client is None and not (base_url and api_key):
@@ -99,7 +100,9 @@ class Worker:
         self.poll_wait_s = poll_wait_s
         self._queues: dict[str, _Queue] = {}
         self._heartbeats = Heartbeats(self.client, max_interval_s=max_heartbeat_interval_s)
-        self._reporter = Reporter(self.client, batch=batch_results, retry_for_s=report_retry_s)
+        # Eager dispatch: a final result leases the next task of its type in the same request.
+        eager = Eager(self.worker_id, self._wants_more, self._begin_leased) if eager_dispatch else None
+        self._reporter = Reporter(self.client, batch=batch_results, retry_for_s=report_retry_s, eager=eager)
         self._cond = threading.Condition()
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -276,9 +279,10 @@ class Worker:
         self._request_stop()
 
     # --- running -----------------------------------------------------------
-    def _begin(self, queue: _Queue, leased: LeasedTask) -> None:
-        with self._cond:
-            queue.in_flight += 1
+    def _begin(self, queue: _Queue, leased: LeasedTask, *, slot_held: bool = False) -> None:
+        if not slot_held:
+            with self._cond:
+                queue.in_flight += 1
         task = Task(leased, self)
         if self._stopping.is_set():
             log.info("%r arrived while stopping; handing it back", task)
@@ -290,6 +294,15 @@ class Worker:
         threading.Thread(
             target=self._execute, args=(queue, task), name=f"nodeflow-{queue.name}-{task.task_id[:8]}", daemon=True
         ).start()
+
+    def _wants_more(self, task_type: str) -> bool:
+        return task_type in self._queues and not self._stopping.is_set()
+
+    def _begin_leased(self, task_type: str, leased: list[LeasedTask]) -> None:
+        """Tasks results leased (eager dispatch): each takes over the slot of
+        a result that leased it, which is still held."""
+        for item in leased:
+            self._begin(self._queues[task_type], item, slot_held=True)
 
     def _execute(self, queue: _Queue, task: Task) -> None:
         try:

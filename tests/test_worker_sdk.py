@@ -567,6 +567,25 @@ def test_results_that_finish_together_go_in_one_batch(server):
     assert {e["status"] for e in server.wait_until_ended(*ids).values()} == {"COMPLETED"}
 
 
+@pytest.mark.parametrize(("eager", "leased_by_polls"), [(True, 1), (False, 5)])
+def test_a_result_leases_the_next_step_in_the_same_request(server, running, eager, leased_by_polls):
+    # Eager dispatch: each step's result brings the next step back with it,
+    # so a sequential flow is one request per step (without it, a result and a poll).
+    task_type = f"stepper_{eager}"
+    server.post("metadata/task-definitions", {"name": task_type})
+    steps = [{"name": task_type, "taskReferenceName": f"s{i}", "inputParameters": {"i": i}} for i in range(5)]
+    server.post("metadata/workflow-definitions", {"name": f"{task_type}_steps", "tasks": steps})
+    worker = server.worker(concurrency=1, eager_dispatch=eager)
+    polled: list[int] = []
+    poll = worker.client.poll
+    worker.client.poll = lambda *a, **k: (lambda got: polled.append(len(got)) or got)(poll(*a, **k))
+    worker.task(task_type)(lambda task: {"i": task.input["i"]})
+    execution_id = server.client.start(f"{task_type}_steps")["id"]
+    running(worker)
+    assert server.wait_until_ended(execution_id)[execution_id]["status"] == "COMPLETED"
+    assert sum(polled) == leased_by_polls, polled
+
+
 def test_it_keeps_polling_until_the_server_comes_up(key):
     server = Server(key)
     try:

@@ -1,0 +1,123 @@
+"""Eager dispatch: a result may ask for the worker's next tasks
+(``"next": {"workerId", "count", "taskType"}``), leased in the result's own
+transaction through the same gate as a poll. A sequential step is then one
+round trip (and one commit) instead of a result and a poll."""
+
+from __future__ import annotations
+
+import pytest
+
+from executions.models import Task
+from tests.controls_helpers import fill
+from tests.engine_helpers import execution, poll, poll_one, register, report, simple, start, task_at
+
+pytestmark = pytest.mark.django_db
+
+NEXT = {"workerId": "w1", "count": 1}
+
+
+def test_a_result_leases_the_next_step_of_its_flow(api):
+    register(api, "steps", simple("a", "step"), simple("b", "step"), simple("c", "step"))
+    started = start(api, "steps")
+    leased = poll_one(api, "step")
+    for following in ("b", "c"):
+        answer = report(api, leased, output={"done": leased["referenceTaskName"]}, next=NEXT)
+        assert answer.status_code == 200, answer.json()
+        body = answer.json()
+        assert body["status"] == "COMPLETED" and body["taskId"] == leased["taskId"]
+        (leased,) = body["next"]
+        assert (leased["referenceTaskName"], leased["inputData"]) == (following, {})
+        assert leased["leaseToken"] and Task.objects.get(pk=leased["taskId"]).worker_id == "w1"
+        assert Task.objects.get(pk=leased["taskId"]).status == "IN_PROGRESS"
+    last = report(api, leased, next=NEXT).json()
+    assert last["next"] == []
+    assert execution(api, started["id"])["status"] == "COMPLETED"
+
+
+def test_without_next_the_answer_is_as_before(api):
+    fill(api, "step", 2)
+    answer = report(api, poll_one(api, "step")).json()
+    assert "next" not in answer
+
+
+def test_it_leases_from_the_queue_it_names(api):
+    fill(api, "other", 1)
+    register(api, "one", simple("a", "step"))
+    start(api, "one")
+    answer = report(api, poll_one(api, "step"), next={**NEXT, "taskType": "other"}).json()
+    assert [t["taskType"] for t in answer["next"]] == ["other"]
+
+
+def test_the_concurrency_cap_holds(api):
+    fill(api, "capped", 4, concurrentExecLimit=2)
+    first, _ = poll(api, "capped", count=2)
+    # One slot frees with this result; a count of 4 still leases only one.
+    answer = report(api, first, next={"workerId": "w1", "count": 4}).json()
+    assert len(answer["next"]) == 1
+    assert poll(api, "capped", count=4) == []
+
+
+def test_a_semaphore_holds(api):
+    api.put("semaphores/pool", {"permits": 1})
+    fill(api, "guarded", 3, semaphores=["pool"])
+    (first,) = poll(api, "guarded", count=3)
+    answer = report(api, first, next={"workerId": "w1", "count": 3}).json()
+    assert len(answer["next"]) == 1
+    assert api.get("semaphores/pool").json()["held"] == 1
+
+
+def test_a_rate_limit_holds(api, frozen_clock):
+    fill(api, "metered", 3, rateLimitPerFrequency=1, rateLimitFrequencySeconds=60)
+    (first,) = poll(api, "metered", count=3)
+    answer = report(api, first, next={"workerId": "w1", "count": 3}).json()
+    assert answer["next"] == []  # the window's one dispatch is spent
+    waiting = [t for t in Task.objects.filter(task_def_name="metered", status="SCHEDULED")]
+    assert len(waiting) == 2
+    blocked = task_at(execution(api, str(waiting[0].execution_id)), "t")["blockedBy"]
+    assert blocked["control"] == "rateLimit"
+
+
+def test_a_stale_result_leases_nothing(api):
+    fill(api, "step", 2)
+    leased = poll_one(api, "step")
+    answer = report(api, {**leased, "leaseToken": "not-the-token"}, next=NEXT)
+    assert answer.status_code == 409
+    assert Task.objects.filter(task_def_name="step", status="SCHEDULED").count() == 1
+
+
+def test_a_batch_of_results_leases_the_next_tasks_once(api):
+    fill(api, "step", 5)
+    leased = poll(api, "step", count=2)
+    items = [{"taskId": t["taskId"], "leaseToken": t["leaseToken"], "status": "COMPLETED"} for t in leased]
+    answer = api.post("tasks/results", {"results": items, "next": {"workerId": "w1", "count": 3}})
+    assert answer.status_code == 200, answer.json()
+    body = answer.json()
+    assert [item["status"] for item in body["results"]] == [200, 200]
+    assert len(body["next"]) == 3 and all(t["taskType"] == "step" for t in body["next"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"next": {"count": 0}}, "next.count"),
+        ({"next": {"count": 101}}, "next.count"),
+        ({"next": {"taskType": "not a name"}}, "next.taskType"),
+        ({"next": {"unknown": 1}}, "next.unknown"),
+        ({"next": []}, "next"),
+    ],
+)
+def test_it_refuses_a_bad_next_naming_the_field(api, extra, field):
+    fill(api, "step", 2)
+    leased = poll_one(api, "step")
+    answer = report(api, leased, **extra)
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["field"] == field
+    assert Task.objects.get(pk=leased["taskId"]).status == "IN_PROGRESS"  # nothing was written
+
+
+def test_a_human_completion_cannot_lease(api, make_key):
+    register(api, "approve", {"name": "ok", "taskReferenceName": "ok", "type": "HUMAN"})
+    started = start(api, "approve")
+    task_id = task_at(execution(api, started["id"]), "ok")["taskId"]
+    answer = api.post(f"tasks/{task_id}/result", {"status": "COMPLETED", "next": NEXT})
+    assert answer.status_code == 400 and answer.json()["field"] == "next"
