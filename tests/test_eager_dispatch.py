@@ -71,7 +71,7 @@ def test_a_rate_limit_holds(api, frozen_clock):
     (first,) = poll(api, "metered", count=3)
     answer = report(api, first, next={"workerId": "w1", "count": 3}).json()
     assert answer["next"] == []  # the window's one dispatch is spent
-    waiting = [t for t in Task.objects.filter(task_def_name="metered", status="SCHEDULED")]
+    waiting = list(Task.objects.filter(task_def_name="metered", status="SCHEDULED"))
     assert len(waiting) == 2
     blocked = task_at(execution(api, str(waiting[0].execution_id)), "t")["blockedBy"]
     assert blocked["control"] == "rateLimit"
