@@ -6,7 +6,8 @@ workers (``nodeflow_worker``), and measures:
 
 (a) independent SIMPLE tasks completed per second, batched polls and results;
 (b) the same unbatched (one task per poll, one result per call);
-(c) a 10-step sequential workflow's end-to-end latency, p50/p99;
+(c) a 10-step sequential workflow's end-to-end latency, p50/p99, and (c')
+    the same with each result leasing the next step (eager dispatch);
 (d) dispatch latency, ready → received by a long-polling worker, p50/p99;
 (e) database commits per completed task (``pg_stat_database.xact_commit``);
 and, in the same run, the baseline: pgbench single-row UPDATE TPS, 4 clients.
@@ -244,17 +245,21 @@ class Bench:
         self.out(f"({label}) {figures}")
         return figures
 
-    def sequential_latency(self, client: Client) -> dict:
-        """One 10-step workflow at a time; the driver is its worker."""
+    def sequential_latency(self, client: Client, *, eager: bool = False) -> dict:
+        """One 10-step workflow at a time; the driver is its worker. With
+        ``eager``, each result leases the next step (eager dispatch): one
+        request per step instead of a result and a poll."""
         latencies = []
         for _ in range(self.latency_runs):
             started = time.perf_counter()
             client.start("bench_ten")
-            for _ in range(10):
-                leased: list[LeasedTask] = []
-                while not leased:
-                    leased = client.poll(STEP, worker_id="seq", count=1, wait_s=5)
-                client.complete(leased[0], {"ok": True})
+            task: LeasedTask | None = None
+            for step in range(10):
+                while task is None:
+                    task = next(iter(client.poll(STEP, worker_id="seq", count=1, wait_s=5)), None)
+                ask = {"workerId": "seq", "count": 1} if eager and step < 9 else None
+                answer = client.result(task, "COMPLETED", output={"ok": True}, next=ask)
+                task = next((LeasedTask.from_json(item) for item in answer.get("next", [])), None)
             latencies.append((time.perf_counter() - started) * 1000)
         return {
             "p50Ms": round(percentile(latencies, 0.5), 2),
@@ -312,6 +317,8 @@ class Bench:
             self.warm_up(client)
             sequential = self.sequential_latency(client)
             self.out(f"(c) 10-step workflow end to end: {sequential}")
+            eager = self.sequential_latency(client, eager=True)
+            self.out(f"(c') the same, each result leasing the next step (eager dispatch): {eager}")
             dispatch = self.dispatch_latency(client)
             self.out(f"(d) dispatch latency: {dispatch}")
         finally:
@@ -325,6 +332,7 @@ class Bench:
             "batchedVsBaseline": round(batched["tasksPerSecond"] / batched["baselineTpsBeforeDrain"], 3),
             "batchedVsFirstBaseline": round(batched["tasksPerSecond"] / baseline, 3),
             "tenStepWorkflowLatency": sequential,
+            "tenStepWorkflowLatencyEager": eager,
             "dispatchLatency": dispatch,
             "commitsPerTask": {
                 "unbatchedDrain": unbatched["commitsPerTaskDrain"],
