@@ -16,7 +16,7 @@ from executions.decider import task_timers
 from executions.decider.snapshot import FAILURE
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
 from nodeflow import clock, transactions
-from nodeflow.errors import Conflict, NotFound
+from nodeflow.errors import ApiError, Conflict, NotFound
 from nodeflow.models import Namespace
 from quotas import admission, starts
 
@@ -60,6 +60,32 @@ def start_execution(
         idempotency_key=idempotency_key,
         priority=priority,
     )
+
+
+def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
+    """Start each of ``starts`` (a start's validated fields) in a transaction
+    of its own, through the one start path: one answer each, in order, and
+    one refused (a quota, an unknown workflow) spoils none of the others."""
+    answers = []
+    for start in starts:
+        try:
+            with transactions.outermost():
+                execution, created = start_execution(
+                    namespace=namespace,
+                    name=start["name"],
+                    version=start.get("version"),
+                    input=start["input"],
+                    correlation_id=start.get("correlationId"),
+                    idempotency_key=start.get("idempotencyKey"),
+                    priority=start["priority"],
+                )
+        except ApiError as exc:
+            answers.append({"status": exc.status_code, **exc.body()})
+        else:
+            answers.append(
+                {"status": 201 if created else 200, "id": str(execution.id), "executionStatus": execution.status}
+            )
+    return answers
 
 
 def terminate_execution(*, execution_id: uuid.UUID, reason: str = "") -> Execution:

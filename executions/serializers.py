@@ -73,6 +73,13 @@ class StartExecutionSerializer(StrictSerializer):
     priority = StrictIntegerField(min_value=0, max_value=MAX_PRIORITY, required=False, default=0)
 
 
+MAX_BATCH_STARTS = 100
+
+
+class StartExecutionsSerializer(StrictSerializer):
+    executions = StartExecutionSerializer(many=True, allow_empty=False, max_length=MAX_BATCH_STARTS)
+
+
 class ListExecutionsSerializer(StrictSerializer):
     status = EnumField(choices=ExecutionStatus.choices, required=False)
     name = StrictCharField(max_length=128, required=False)

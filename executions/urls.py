@@ -4,6 +4,7 @@ from executions import breaker_views, views, worker_api
 
 urlpatterns = [
     path("executions", views.ExecutionListView.as_view()),
+    path("executions/batch", views.ExecutionBatchView.as_view()),
     path("executions/<str:execution_id>", views.ExecutionDetailView.as_view()),
     path("executions/<str:execution_id>/terminate", views.TerminateView.as_view()),
     path("executions/<str:execution_id>/pause", views.PauseView.as_view()),

@@ -10,7 +10,13 @@ from rest_framework.response import Response
 from executions import executor, lifecycle, waiting
 from executions.models import Execution
 from executions.pagination import paginate
-from executions.serializers import ListExecutionsSerializer, ReasonSerializer, StartExecutionSerializer, execution_view
+from executions.serializers import (
+    ListExecutionsSerializer,
+    ReasonSerializer,
+    StartExecutionSerializer,
+    StartExecutionsSerializer,
+    execution_view,
+)
 from nodeflow import transactions
 from nodeflow.auth import Scope
 from nodeflow.errors import Conflict
@@ -97,6 +103,48 @@ class ExecutionListView(NamespacedView):
             )
             body = full_view(execution)
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+BATCH_STARTS = inline_serializer(
+    "BatchStartAnswers",
+    fields={
+        "results": serializers.ListField(
+            child=inline_serializer(
+                "BatchStartAnswer",
+                fields={
+                    "status": serializers.IntegerField(),
+                    "id": serializers.UUIDField(required=False),
+                    "executionStatus": serializers.CharField(required=False),
+                    "error": serializers.CharField(required=False),
+                    "message": serializers.CharField(required=False),
+                    "field": serializers.CharField(required=False),
+                },
+            )
+        )
+    },
+)
+
+
+class ExecutionBatchView(NamespacedView):
+    scopes = {"POST": Scope.EXECUTIONS_WRITE}
+
+    @extend_schema(
+        operation_id="start_executions",
+        summary="Start up to 100 executions at once; one answer per start, in order",
+        description=(
+            "Each start is its own transaction through the same controls as a single start, with its own "
+            "idempotencyKey. An answer is {status: 201 (created) or 200 (its idempotencyKey's execution), id, "
+            "executionStatus}, or {status: 4xx, error, message, field?} for a start refused (a quota: 429; an "
+            "unknown workflow: 404); one refused start spoils none of the others."
+        ),
+        request=StartExecutionsSerializer,
+        responses=BATCH_STARTS,
+    )
+    def post(self, request, ns):
+        body = StartExecutionsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        starts = body.validated_data["executions"]
+        return Response({"results": lifecycle.start_executions(namespace=self.namespace, starts=starts)})
 
 
 class ExecutionDetailView(NamespacedView):

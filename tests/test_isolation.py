@@ -89,6 +89,7 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("POST", f"{WF}/<str:name>/rollback"): Case(WF + "/{workflow}/rollback", {}, 200, 200, 403),
     ("GET", "executions"): Case("executions", None, 200, 200, 403),
     ("POST", "executions"): Case("executions", {"name": "{workflow}"}, 201, 201, 403),
+    ("POST", "executions/batch"): Case("executions/batch", {"executions": [{"name": "{workflow}"}]}, 200, 200, 403),
     ("GET", "executions/<str:execution_id>"): Case("executions/{execution}", None, 200, 200, 403),
     ("POST", "executions/<str:execution_id>/terminate"): Case("executions/{execution}/terminate", {}, 200, 200, 403),
     ("POST", "executions/<str:execution_id>/pause"): Case("executions/{execution}/pause", None, 200, 200, 403),
@@ -203,6 +204,8 @@ def fill(value, world: dict):
         return value.format(**world)
     if isinstance(value, dict):
         return {key: fill(item, world) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fill(item, world) for item in value]
     return value
 
 

@@ -1,0 +1,72 @@
+"""POST …/executions/batch: up to 100 starts in one request, each through
+the one start path (every control on starts holds), each with its own
+idempotencyKey and its own answer; one refused start spoils no other."""
+
+from __future__ import annotations
+
+import pytest
+
+from executions.models import Execution
+from tests.engine_helpers import execution, register, simple
+
+pytestmark = pytest.mark.django_db
+
+
+def batch(api, *starts: dict):
+    return api.post("executions/batch", {"executions": list(starts)})
+
+
+def test_it_starts_each_and_answers_each_in_order(api):
+    register(api, "orders", simple("charge"))
+    answer = batch(api, {"name": "orders", "input": {"n": 1}}, {"name": "orders", "input": {"n": 2}, "priority": 3})
+    assert answer.status_code == 200, answer.json()
+    results = answer.json()["results"]
+    assert [(r["status"], r["executionStatus"]) for r in results] == [(201, "RUNNING"), (201, "RUNNING")]
+    views = [execution(api, r["id"]) for r in results]
+    assert [v["input"] for v in views] == [{"n": 1}, {"n": 2}]
+    assert views[1]["priority"] == 3
+    assert all(v["tasks"][0]["status"] == "SCHEDULED" for v in views)
+
+
+def test_an_idempotency_key_gives_the_same_execution(api):
+    register(api, "orders", simple("charge"))
+    first = batch(api, {"name": "orders", "idempotencyKey": "k1"}).json()["results"][0]
+    again = batch(api, {"name": "orders", "idempotencyKey": "k1"}, {"name": "orders", "idempotencyKey": "k2"})
+    results = again.json()["results"]
+    assert [r["status"] for r in results] == [200, 201]
+    assert results[0]["id"] == first["id"]
+    assert Execution.objects.count() == 2
+
+
+def test_a_refused_start_spoils_no_other(api):
+    register(api, "orders", simple("charge"), maxConcurrentExecutions=1)
+    results = batch(api, {"name": "orders"}, {"name": "missing"}, {"name": "orders"}).json()["results"]
+    assert [r["status"] for r in results] == [201, 404, 429]
+    assert results[1]["error"] == "NOT_FOUND"
+    assert results[2]["error"] and results[2]["message"]
+    assert Execution.objects.count() == 1  # the cap held for the third
+
+
+def test_a_namespace_quota_holds(api):
+    register(api, "orders", simple("charge"))
+    assert api.put("quotas", {"maxConcurrentExecutions": 2}).status_code == 200
+    results = batch(api, *[{"name": "orders"} for _ in range(4)]).json()["results"]
+    assert [r["status"] for r in results] == [201, 201, 429, 429]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"executions": []}, "executions"),
+        ({"executions": [{"name": "orders"}] * 101}, "executions"),
+        ({"executions": [{"name": "orders"}, {"name": "orders", "bogus": 1}]}, "executions[1].bogus"),
+        ({"executions": [{"input": {}}]}, "executions[0].name"),
+        ({"starts": []}, "starts"),
+    ],
+)
+def test_a_malformed_batch_is_refused_whole_naming_the_field(api, body, field):
+    register(api, "orders", simple("charge"))
+    answer = api.post("executions/batch", body)
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["field"] == field
+    assert not Execution.objects.exists()
