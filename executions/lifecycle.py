@@ -62,6 +62,20 @@ def start_execution(
     )
 
 
+def start_requested(*, namespace: Namespace, start: dict) -> tuple[Execution, bool]:
+    """``start_execution`` with the fields of a start request, as
+    ``StartExecutionSerializer`` validates them."""
+    return start_execution(
+        namespace=namespace,
+        name=start["name"],
+        version=start.get("version"),
+        input=start["input"],
+        correlation_id=start.get("correlationId"),
+        idempotency_key=start.get("idempotencyKey"),
+        priority=start["priority"],
+    )
+
+
 def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     """Start each of ``starts`` (a start's validated fields) in a transaction
     of its own, through the one start path: one answer each, in order, and
@@ -70,15 +84,7 @@ def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     for start in starts:
         try:
             with transactions.outermost():
-                execution, created = start_execution(
-                    namespace=namespace,
-                    name=start["name"],
-                    version=start.get("version"),
-                    input=start["input"],
-                    correlation_id=start.get("correlationId"),
-                    idempotency_key=start.get("idempotencyKey"),
-                    priority=start["priority"],
-                )
+                execution, created = start_requested(namespace=namespace, start=start)
         except ApiError as exc:
             answers.append({"status": exc.status_code, **exc.body()})
         else:

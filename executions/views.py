@@ -92,15 +92,7 @@ class ExecutionListView(NamespacedView):
         # reads cached controls and a remembered recent poll), so the commit
         # that makes the first tasks visible follows their insert closely.
         with transactions.outermost():
-            execution, created = lifecycle.start_execution(
-                namespace=self.namespace,
-                name=data["name"],
-                version=data.get("version"),
-                input=data["input"],
-                correlation_id=data.get("correlationId"),
-                idempotency_key=data.get("idempotencyKey"),
-                priority=data["priority"],
-            )
+            execution, created = lifecycle.start_requested(namespace=self.namespace, start=data)
             body = full_view(execution)
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
