@@ -93,6 +93,24 @@ def resolve_api_key(raw: str) -> ResolvedKey | None:
     return key
 
 
+def resolve_key_id(key_id: int, *, fingerprint: str) -> ResolvedKey | None:
+    """The active key with id ``key_id`` whose hash begins with
+    ``fingerprint`` (what a Conductor token names: conductor/tokens.py), or
+    None. Cached like ``resolve_api_key``, so a revocation takes effect
+    within ``CACHE_S`` in every process and at once in this one."""
+    cache_key = f"id:{key_id}:{fingerprint}"
+    hit = _keys.get(cache_key)
+    if hit is not None and hit[0] > time.monotonic():
+        return hit[1]
+    row = ApiKey.objects.select_related("namespace").filter(pk=key_id, revoked_at__isnull=True).first()
+    if row is None or not row.key_hash.startswith(fingerprint):
+        return None
+    key = ResolvedKey(row.pk, row.role, row.namespace.name if row.namespace_id else None, row.prefix)
+    with _lock:
+        _keys[cache_key] = (time.monotonic() + CACHE_S, key)
+    return key
+
+
 def find_namespace(name: str) -> Namespace | None:
     hit = _namespaces.get(name)
     if hit is not None and hit[0] > time.monotonic():

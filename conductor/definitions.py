@@ -1,0 +1,99 @@
+"""Definitions registered through the Conductor-compatible routes, with
+Node Flow's own services (metadata.taskdefs, metadata.workflows) and their
+validation. Conductor has no drafts: a workflow version registered here is
+published at once, and registering the body of the published version again
+registers nothing (a deploy script run twice adds no version)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from rest_framework import serializers
+
+from metadata import taskdefs, workflows
+from metadata import views as native_views
+from metadata.models import TaskDefinition, WorkflowVersion
+from metadata.serializers import TaskDefinitionSerializer
+from metadata.validation import normalize_workflow
+from nodeflow.errors import ApiError
+from nodeflow.models import Namespace
+
+try:
+    from metadata.conductor import translate_workflow
+except ImportError:  # Conductor-shaped definitions (issue 18.1) not there yet: bodies are Node Flow's
+    translate_workflow = None
+
+
+def _validated_taskdef(item: object) -> tuple[dict, dict | None]:
+    """(column values, the Conductor fields kept) as the native route
+    validates a task definition (metadata/views.py), or plainly with its
+    serializer where that route has no Conductor translation."""
+    native = getattr(native_views, "_validated_taskdef", None)
+    if native is not None:
+        return native(item)
+    serializer = TaskDefinitionSerializer(data=item)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data), None
+
+
+def native_taskdef_body(row: TaskDefinition) -> dict | None:
+    """The native route's view of a task definition, Conductor fields included, if it has one."""
+    native = getattr(native_views, "_taskdef_body", None)
+    return native(row) if native is not None else None
+
+
+def as_list(body: object) -> tuple[list, bool]:
+    """A body that is a list of definitions or one definition: (items, was a list)."""
+    return (body, True) if isinstance(body, list) else ([body], False)
+
+
+def _prefixed(index: int | None, exc: serializers.ValidationError) -> serializers.ValidationError:
+    return exc if index is None else serializers.ValidationError({index: exc.detail})
+
+
+def register_task_definitions(*, namespace: Namespace, body: object) -> int:
+    """Create or replace each task definition of ``body``; all or none."""
+    items, listed = as_list(body)
+    if listed and not items:
+        raise serializers.ValidationError({"non_field_errors": ["give at least one task definition"]})
+    validated = []
+    for index, item in enumerate(items):
+        try:
+            values, extras = _validated_taskdef(item)
+        except serializers.ValidationError as exc:
+            raise _prefixed(index if listed else None, exc) from exc
+        validated.append(values if extras is None else {**values, "conductor": extras})
+    with transaction.atomic():
+        for values in validated:
+            taskdefs.upsert_task_definition(namespace=namespace, values=values)
+    return len(validated)
+
+
+def register_workflows(*, namespace: Namespace, body: object) -> list[WorkflowVersion]:
+    """Register and publish each workflow definition of ``body``; all or none."""
+    items, listed = as_list(body)
+    if listed and not items:
+        raise serializers.ValidationError({"non_field_errors": ["give at least one workflow definition"]})
+    with transaction.atomic():
+        return [_register_published(namespace, item) for item in items]
+
+
+def _register_published(namespace: Namespace, body: object) -> WorkflowVersion:
+    current = _unchanged(namespace, body)
+    if current is not None:
+        return current
+    row = workflows.register_workflow(namespace=namespace, body=body)
+    if row.definition.published_version == row.version:
+        return row
+    return workflows.publish_workflow(namespace=namespace, name=row.definition.name, version=row.version)
+
+
+def _unchanged(namespace: Namespace, body: object) -> WorkflowVersion | None:
+    """The published version, if ``body`` is what it holds (register_workflow
+    refuses, naming the field, what cannot be registered)."""
+    try:
+        translated = translate_workflow(body).body if translate_workflow is not None else body
+        normalized = normalize_workflow(translated)
+        current = workflows.get_version(namespace=namespace, name=normalized["name"])
+    except (ApiError, serializers.ValidationError):
+        return None
+    return current if current.body == normalized else None
