@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "executions",
     "quotas",
     "console",
+    "conductor",
     "tools",
 ]
 
