@@ -541,6 +541,20 @@ def apply_decided(rows: list, now: dt.datetime) -> None:
             raise StaleDecision(f"task {row.id} changed under the decision")
 
 
+def settle(settled: dict[uuid.UUID, list[uuid.UUID]]) -> None:
+    """Mark rows of finished dynamic-fork branches as settled by their fork
+    row (``Decision.settle``): deciding stops reading them."""
+    for fork_id, ids in settled.items():
+        if ids:
+            Task.objects.filter(pk__in=ids).update(settled_by=fork_id)
+
+
+def unsettle(*, execution_id: uuid.UUID, run: int, forks: list[uuid.UUID]) -> None:
+    """The forks ended: their settled rows are read again."""
+    if forks:
+        Task.objects.filter(execution_id=execution_id, run=run, settled_by__in=forks).update(settled_by=None)
+
+
 # --- cancel, pause, resume, retry -------------------------------------------------
 
 

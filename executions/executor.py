@@ -105,26 +105,32 @@ DECIDING_TASK_FIELDS = (
 )
 
 
-def read_run(execution: Execution, *, fields: tuple[str, ...] | None = None) -> list[Task]:
-    """The current run's task rows, in seq order (what the decider reads)."""
-    return sql.rows(
-        Task,
-        f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE execution_id = %s AND run = %s ORDER BY seq",
-        [sql.prep(Task, "execution", execution.id), execution.run],
-        fields=fields,
-    )
+def read_run(execution: Execution, *, fields: tuple[str, ...] | None = None, settled: bool = False) -> list[Task]:
+    """The current run's task rows, in seq order: what the decider reads,
+    which leaves out the rows of settled fork branches unless ``settled``
+    (``executions.decider.fork_join``)."""
+    return read_runs([execution], fields=fields, settled=settled)[execution.id]
 
 
-def read_runs(executions: list[Execution], *, fields: tuple[str, ...] | None = None) -> dict[uuid.UUID, list[Task]]:
+def read_runs(
+    executions: list[Execution], *, fields: tuple[str, ...] | None = None, settled: bool = False
+) -> dict[uuid.UUID, list[Task]]:
     """``read_run`` of several executions, in one query."""
     if not executions:
         return {}
+    unsettled = "" if settled else " AND settled_by IS NULL"
+    columns = sql.columns(Task, fields=fields)
     if len(executions) == 1:
-        return {executions[0].id: read_run(executions[0], fields=fields)}
+        execution = executions[0]
+        statement = (
+            f"SELECT {columns} FROM {sql.table(Task)} WHERE execution_id = %s AND run = %s{unsettled} ORDER BY seq"
+        )
+        params = [sql.prep(Task, "execution", execution.id), execution.run]
+        return {execution.id: sql.rows(Task, statement, params, fields=fields)}
     run_of = {e.id: e.run for e in executions}
     found: dict[uuid.UUID, list[Task]] = {e.id: [] for e in executions}
     condition, params = sql.any_of(Task, "execution", run_of)
-    statement = f"SELECT {sql.columns(Task, fields=fields)} FROM {sql.table(Task)} WHERE {condition} ORDER BY seq"
+    statement = f"SELECT {columns} FROM {sql.table(Task)} WHERE {condition}{unsettled} ORDER BY seq"
     for task in sql.rows(Task, statement, params, fields=fields):
         if task.run == run_of[task.execution_id]:
             found[task.execution_id].append(task)
@@ -266,12 +272,23 @@ def decision_for(snapshot: Snapshot) -> Decision:
     return decide(snapshot, rand=draw, make_id=make_id, in_time=lambda: time.monotonic() < until)
 
 
+def decide_run(execution: Execution, now: dt.datetime, tasks: list[Task] | None = None) -> Decision:
+    """The decision on ``execution``'s current run (``tasks``: as read by
+    ``read_run``, if the caller has). Deciding reads no settled fork
+    branch; a decision that needs them (a fork joining) is made again on
+    every row of the run."""
+    decision = decision_for(load_snapshot(execution, now, tasks))
+    if decision.needs_all_rows:
+        decision = decision_for(load_snapshot(execution, now, read_run(execution, settled=True)))
+    return decision
+
+
 def decide_locked(execution: Execution) -> Decision | None:
     """Decide an execution whose row the caller holds locked (and apply)."""
     if execution.status != ExecutionStatus.RUNNING or execution.awaiting_admission:
         return None
     now = clock.now()
-    decision = decision_for(load_snapshot(execution, now))
+    decision = decide_run(execution, now)
     apply(execution, decision, now)
     return decision
 
@@ -332,7 +349,7 @@ def decide_many(executions: list[Execution], *, tasks: dict[uuid.UUID, list[Task
     decisions = []
     for execution in running:
         try:
-            decisions.append((execution, decision_for(load_snapshot(execution, now, tasks[execution.id]))))
+            decisions.append((execution, decide_run(execution, now, tasks[execution.id])))
         except Exception:
             log.exception("decision for %s failed; deferred to the decider role", execution.id)
             request_decision(execution.id)
@@ -553,6 +570,7 @@ def apply_many(decisions: list[tuple[Execution, Decision]], now: dt.datetime) ->
     groups: dict[tuple, tuple[dict, list[uuid.UUID]]] = {}
     for execution, decision in decisions:
         attempts.apply_decided(decision.updated, now)
+        _settle(execution, decision)
         updates = _execution_fields(execution, decision, now)
         for name, value in updates.items():
             setattr(execution, name, value)
@@ -580,12 +598,20 @@ def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
 def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> None:
     attempts.insert(_task_of(execution, row) for row in decision.created)
     attempts.apply_decided(decision.updated, now)
+    _settle(execution, decision)
     runs.arm(execution.id, decision.timers)
     fields = _execution_fields(execution, decision, now) if execution_fields else {}
     if fields:
         runs.update(execution, fields, now=now)
     _follow_up(execution, decision)
     _notify_ready([(execution, decision)])
+
+
+def _settle(execution: Execution, decision: Decision) -> None:
+    """Settled fork branches, after the rows are inserted (a branch may
+    start and finish within the decision)."""
+    attempts.settle(decision.settle)
+    attempts.unsettle(execution_id=execution.id, run=execution.run, forks=decision.unsettle)
 
 
 def _follow_up(execution: Execution, decision: Decision) -> None:

@@ -120,7 +120,7 @@ class Task(models.Model):
     its attempts share ``idempotency_key``."""
 
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
-    # The execution is the first column of task_execution.
+    # The execution is the first column of task_run_rows.
     execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     # No index of its own: every hot lookup is by id or by execution, and the
     # queue indexes (task_ready, task_in_flight, task_waiting) lead with the
@@ -163,6 +163,10 @@ class Task(models.Model):
     deliveries = models.PositiveIntegerField(default=0)
     child_execution_id = models.UUIDField(null=True, blank=True)
     logs = models.JSONField(default=list, blank=True)
+    # The FORK_JOIN_DYNAMIC row whose finished branch this row belongs to,
+    # once the fork settled it: deciding no longer reads it while the fork
+    # runs (executions.decider.dynamic_fork); cleared when the fork ends.
+    settled_by = models.UUIDField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -187,7 +191,9 @@ class Task(models.Model):
             ),
             # Expired leases, for the sweeper.
             models.Index(fields=["lease_expires_at"], condition=Q(status="IN_PROGRESS"), name="task_lease_expiry"),
-            models.Index(fields=["execution", "run", "seq"], name="task_execution"),
+            # A run's rows in seq order; deciding reads the unsettled ones
+            # (settled_by IS NULL) without touching the settled.
+            models.Index(fields=["execution", "run", "settled_by", "seq"], name="task_run_rows"),
             models.Index(
                 fields=["namespace", "type", "task_def_name"],
                 condition=Q(status="IN_PROGRESS", kind="waiting"),

@@ -300,24 +300,25 @@ def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str
 
 
 def insert(objs: Iterable[models.Model]) -> None:
-    """Insert new rows (every concrete field, as the instances hold them) in
-    one statement. For models whose fields have no pre-save hooks beyond
-    ``auto_now``/``auto_now_add``, which get the instance's own value."""
+    """Insert new rows (every concrete field, as the instances hold them).
+    For models whose fields have no pre-save hooks beyond
+    ``auto_now``/``auto_now_add``, which get the instance's own value. One
+    fixed one-row statement, executed for every row in one batch
+    (``executemany``: on PostgreSQL one pipelined round trip; the statement
+    text is the same whatever the count, so it is parsed once, not per batch)."""
     objs = list(objs)
     if not objs:
         return
     model = type(objs[0])
     fields = model._meta.concrete_fields
-    row = f"({placeholders(len(fields))})"
     db = _db()
-    size = max(1, db.ops.bulk_batch_size(fields, objs))  # SQLite caps the parameters of a statement
+    statement = f"INSERT INTO {table(model)} ({columns(model)}) VALUES ({placeholders(len(fields))})"
+    params = [[field.get_db_prep_save(field.pre_save(obj, add=True), db) for field in fields] for obj in objs]
     with cursor() as bound:
-        for start in range(0, len(objs), size):
-            chunk = objs[start : start + size]
-            params = [field.get_db_prep_save(field.pre_save(obj, add=True), db) for obj in chunk for field in fields]
-            bound.execute(
-                f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * len(chunk))}", params
-            )
+        if len(params) == 1:
+            bound.execute(statement, params[0])
+        else:
+            bound.executemany(statement, params)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = db.alias

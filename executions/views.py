@@ -54,7 +54,7 @@ EXECUTION_PAGE = inline_serializer(
 
 
 def full_view(execution: Execution) -> dict:
-    return execution_view(execution, tasks=executor.read_run(execution))
+    return execution_view(execution, tasks=executor.read_run(execution, settled=True))
 
 
 class ExecutionListView(NamespacedView):

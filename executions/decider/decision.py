@@ -57,6 +57,14 @@ class Decision:
     # A loop stopped at the decision's bound with iterations left to run: the
     # executor asks a follow-up decision of the decider role.
     again: bool = False
+    # Settled branches of dynamic forks (``dynamic_fork``): rows of finished
+    # branches the executor no longer reads while their fork runs, by the
+    # fork row that settled them; forks that ended, whose rows are read
+    # again; and whether this decision needs the settled rows (a fork
+    # completing joins every branch's output): decide again with all rows.
+    settle: dict[uuid.UUID, list[uuid.UUID]] = field(default_factory=dict)
+    unsettle: list[uuid.UUID] = field(default_factory=list)
+    needs_all_rows: bool = False
 
     @property
     def empty(self) -> bool:
@@ -71,4 +79,6 @@ class Decision:
             or self.evaluated
             or self.consumed_messages
             or self.again
+            or self.settle
+            or self.unsettle
         )

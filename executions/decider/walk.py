@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from executions import javascript, retry
-from executions.decider import operators
+from executions.decider import fork_join, operators
 from executions.decider.decision import Decision, Ending, TimerSpec
 from executions.decider.outcomes import DONE, DONE_EMPTY, ENDED, FAILED, RUNNING_OUTCOME, Outcome, Scope
 from executions.decider.snapshot import FAILURE, OPEN, SUCCESS, Row, Snapshot
@@ -87,7 +87,9 @@ class Walk:
         self, snap: Snapshot, rand: Callable[[], float], make_id: Callable[[], uuid.UUID], in_time: Callable[[], bool]
     ) -> None:
         self.snap, self.now, self.rand, self.make_id, self.in_time = snap, snap.now, rand, make_id, in_time
-        self.decision = Decision(next_seq=snap.next_seq)
+        # Rows a dynamic fork settled are not read, but their seqs stay taken.
+        settled_seqs = (fork_join.settled_branches(r)[1] for r in snap.rows if r.type == "FORK_JOIN_DYNAMIC")
+        self.decision = Decision(next_seq=max(snap.next_seq, 1 + max(settled_seqs, default=-1)))
         self.by_path: dict[str, list[Row]] = {}
         self.latest_by_ref: dict[str, Row] = {}
         self.changed: dict[uuid.UUID, Row] = {}
