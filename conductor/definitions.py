@@ -13,14 +13,7 @@ from metadata import taskdefs, workflows
 from metadata import views as native_views
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.serializers import TaskDefinitionSerializer
-from metadata.validation import normalize_workflow
-from nodeflow.errors import ApiError
 from nodeflow.models import Namespace
-
-try:
-    from metadata.conductor import translate_workflow
-except ImportError:  # Conductor-shaped definitions (issue 18.1) not there yet: bodies are Node Flow's
-    translate_workflow = None
 
 
 def _validated_taskdef(item: object) -> tuple[dict, dict | None]:
@@ -77,23 +70,22 @@ def register_workflows(*, namespace: Namespace, body: object) -> list[WorkflowVe
         return [_register_published(namespace, item) for item in items]
 
 
+class _Unchanged(Exception):
+    """The body registered is the published version's: undo the registration."""
+
+
 def _register_published(namespace: Namespace, body: object) -> WorkflowVersion:
-    current = _unchanged(namespace, body)
-    if current is not None:
-        return current
-    row = workflows.register_workflow(namespace=namespace, body=body)
-    if row.definition.published_version == row.version:
-        return row
-    return workflows.publish_workflow(namespace=namespace, name=row.definition.name, version=row.version)
-
-
-def _unchanged(namespace: Namespace, body: object) -> WorkflowVersion | None:
-    """The published version, if ``body`` is what it holds (register_workflow
-    refuses, naming the field, what cannot be registered)."""
+    """Register ``body`` (register_workflow: its validation, its translation)
+    and publish it, unless it is what the published version holds."""
     try:
-        translated = translate_workflow(body).body if translate_workflow is not None else body
-        normalized = normalize_workflow(translated)
-        current = workflows.get_version(namespace=namespace, name=normalized["name"])
-    except (ApiError, serializers.ValidationError):
-        return None
-    return current if current.body == normalized else None
+        with transaction.atomic():
+            row = workflows.register_workflow(namespace=namespace, body=body)
+            name = row.definition.name
+            if row.definition.published_version == row.version:
+                return row  # the first version, published by registering it
+            current = workflows.get_version(namespace=namespace, name=name)
+            if current.body == row.body:
+                raise _Unchanged(current)
+            return workflows.publish_workflow(namespace=namespace, name=name, version=row.version)
+    except _Unchanged as unchanged:
+        return unchanged.args[0]

@@ -133,6 +133,7 @@ class TokenView(ConductorView):
     like every route of a namespace its key is not for."""
 
     authentication_classes = [ApiKeyAuthentication]
+    permission_classes: list = []  # open: the namespace is checked below
     schema = TokenSchema()
 
     @extend_schema(

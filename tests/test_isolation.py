@@ -132,6 +132,43 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("GET", "queues"): Case("queues", None, 200, 200, 403),
     ("GET", "queues/workers"): Case("queues/workers", None, 200, 200, 403),
     ("GET", "queues/<str:task_type>/depth"): Case("queues/{taskdef}/depth", None, 200, 200, 403),
+    # The Conductor-compatible routes (conductor/), same roles as their Node Flow counterparts.
+    ("POST", "api/token"): Case("api/token", {"keyId": "0", "keySecret": "not-a-key"}, 401, 401, 401),
+    ("POST", "api/tasks"): Case(
+        "api/tasks", {"taskId": "{task}", "status": "IN_PROGRESS", "extendLease": True}, 200, 403, 200
+    ),
+    ("POST", "api/tasks/update-v2"): Case(
+        "api/tasks/update-v2", {"taskId": "{task}", "status": "IN_PROGRESS", "extendLease": True}, 204, 403, 204
+    ),
+    ("GET", "api/tasks/poll/batch/<str:task_type>"): Case(
+        "api/tasks/poll/batch/{taskdef}?workerid=w&timeout=0", None, 200, 403, 200
+    ),
+    ("GET", "api/tasks/poll/<str:task_type>"): Case("api/tasks/poll/{taskdef}?workerid=w", None, 204, 403, 204),
+    ("GET", "api/tasks/<str:task_id>"): Case("api/tasks/{task}", None, 200, 200, 200),
+    ("GET", "api/metadata/taskdefs"): Case("api/metadata/taskdefs", None, 200, 200, 200),
+    ("POST", "api/metadata/taskdefs"): Case("api/metadata/taskdefs", [{"name": "fresh"}], 200, 200, 403),
+    ("PUT", "api/metadata/taskdefs"): Case("api/metadata/taskdefs", {"name": "fresh"}, 200, 200, 403),
+    ("GET", "api/metadata/taskdefs/<str:name>"): Case("api/metadata/taskdefs/{taskdef}", None, 200, 200, 200),
+    ("DELETE", "api/metadata/taskdefs/<str:name>"): Case("api/metadata/taskdefs/{taskdef}", None, 200, 200, 403),
+    ("GET", "api/metadata/workflow"): Case("api/metadata/workflow", None, 200, 200, 403),
+    ("POST", "api/metadata/workflow"): Case(
+        "api/metadata/workflow", {"name": "fresh", "tasks": [{"name": "x", "taskReferenceName": "x"}]}, 200, 200, 403
+    ),
+    ("PUT", "api/metadata/workflow"): Case(
+        "api/metadata/workflow", [{"name": "fresh", "tasks": [{"name": "x", "taskReferenceName": "x"}]}], 200, 200, 403
+    ),
+    ("GET", "api/metadata/workflow/<str:name>"): Case("api/metadata/workflow/{workflow}", None, 200, 200, 403),
+    ("POST", "api/workflow"): Case("api/workflow", {"name": "{workflow}"}, 200, 200, 403),
+    ("POST", "api/workflow/<str:ident>"): Case("api/workflow/{workflow}", {"a": 1}, 200, 200, 403),
+    ("GET", "api/workflow/<str:ident>"): Case("api/workflow/{execution}", None, 200, 200, 403),
+    ("DELETE", "api/workflow/<str:ident>"): Case("api/workflow/{execution}?reason=x", None, 200, 200, 403),
+    ("PUT", "api/workflow/<str:workflow_id>/pause"): Case("api/workflow/{execution}/pause", None, 200, 200, 403),
+    ("PUT", "api/workflow/<str:workflow_id>/resume"): Case("api/workflow/{execution}/resume", None, 409, 409, 403),
+    ("POST", "api/workflow/<str:workflow_id>/retry"): Case("api/workflow/{execution}/retry", None, 409, 409, 403),
+    ("POST", "api/workflow/<str:workflow_id>/restart"): Case("api/workflow/{execution}/restart", None, 409, 409, 403),
+    ("GET", "api/workflow/<str:name>/correlated/<str:correlation_id>"): Case(
+        "api/workflow/{workflow}/correlated/{correlation}", None, 200, 200, 403
+    ),
 }
 ROUTE_IDS = [f"{method} {route}" for method, route in ROUTES]
 
@@ -355,6 +392,8 @@ LISTS = [
     "queues/workers",
     "breakers",
     "quotas",
+    "api/metadata/taskdefs",
+    "api/metadata/workflow",
 ]
 
 
