@@ -1,7 +1,9 @@
 """``manage.py nodeflow_apikey create|list|revoke``.
 
 ``create`` prints the new key alone on its last stdout line, so scripts can
-take it with ``| tail -n 1``.
+take it with ``| tail -n 1``. The key is also a Conductor key pair (the
+Conductor-compatible routes, docs/conductor.md): ``keyId`` is the key's id,
+printed on stderr (and first by ``list``), ``keySecret`` the key itself.
 """
 
 from django.core.management.base import BaseCommand, CommandError
@@ -36,6 +38,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         scope = "every namespace" if all_namespaces else namespace
         self.stderr.write(f"created key {key.pk} ({role} @ {scope}); it is shown once:")
+        self.stderr.write(f"Conductor clients (POST …/api/token): keyId {key.pk}, keySecret the key below")
         self.stdout.write(raw)
 
     def _list(self, *, namespace, **_) -> None:
