@@ -1,25 +1,37 @@
 """The benchmark behind ``manage.py nodeflow_bench`` (PostgreSQL only).
 
-It builds a throw-away database, starts the real server (gunicorn) and the
-decider and sweeper roles as separate processes, drives them with real HTTP
-workers (``nodeflow_worker``), and measures:
+It builds a throw-away database (``nodeflow_bench_<pid>``, dropped at the
+end), runs Node Flow in two shapes (``tools/bench_shapes.py``: production,
+gunicorn and each role a process; ``make run``, one ``nodeflow_run``
+process) and measures, in this order:
 
-(a) independent SIMPLE tasks completed per second, batched polls and results;
-(b) the same unbatched (one task per poll, one result per call);
-(c) a 10-step sequential workflow's end-to-end latency, p50/p99, and (c')
-    the same with each result leasing the next step (eager dispatch);
-(d) dispatch latency, ready → received by a long-polling worker, p50/p99;
-(e) database commits per completed task (``pg_stat_database.xact_commit``);
-and, in the same run, the baseline: pgbench single-row UPDATE TPS, 4 clients.
+- the baseline: pgbench single-row UPDATE TPS, 4 clients (again right
+  before the batched drain);
+- (a) independent SIMPLE tasks completed per second, batched polls and
+  results (and (b) unbatched, ``--unbatched-tasks``), production;
+- starts/s with nothing polling: one at a time from 4 threads, and the bulk
+  route (``POST …/executions/batch``), on each shape;
+- the peers' workloads on each shape (``tools/bench_workloads.py``):
+  A end to end (with its commits per task, ``pg_stat_database.xact_commit``)
+  and A drain, after a 50-task warm-up; B, the 10-step flow's latency;
+  and dispatch latency, ready → received by a long-polling worker;
+- the wide FORK_JOIN_DYNAMIC at each of ``--fork-items``, ms per item,
+  production;
+- (c) the 10-step flow driven by the benchmark itself, a result and a poll
+  per step, and (c') with each result leasing the next step, production.
 
-The drains are driven as separate workers would drive them (a connection
-each, the server without keep-alive so gunicorn spreads them over its
-processes), on analyzed tables, and timed to the last result; see
-``Bench.drain`` and docs/engine.md. Commit counts are read with the server
-stopped, so every backend has flushed its statistics. Starting the
-executions is measured (and counted) apart from draining them. The machine may be shared, so the batched run's baseline is
-taken right before its drain (and again at the start), and each phase notes
-the load average it ran under.
+With ``--peers`` it then runs the peers' benches (``tools/peers.py``) with
+the Node Flow stack stopped, and prints every figure side by side with the
+targets' ratios (``tools/bench_report.py``).
+
+The throughput phases are driven as separate workers would drive them (a
+connection each, the server without keep-alive so gunicorn spreads them
+over its processes), on analyzed tables, and timed to the last result; see
+``drain_batched`` and docs/engine.md. Commit counts are read with the
+server stopped, so every backend has flushed its statistics. The machine
+may be shared, so the batched run's baseline is taken right before its
+drain (and again at the start), and each phase notes the load average it
+ran under.
 """
 
 from __future__ import annotations
@@ -42,50 +54,52 @@ from django.conf import settings
 
 from nodeflow.process import tune_gc
 from nodeflow_worker import Client, LeasedTask
-from tools.stack import Stack, with_database
+from tools import bench_workloads as workloads
+from tools.bench_shapes import Shape, make_run, production
+from tools.bench_stats import latency_summary
+from tools.bench_worker import WorkerProcess
+from tools.stack import PYTHON, ROOT, with_database
 
 TASK = "bench_task"
+# PostgreSQL 15 flushes an idle backend's statistics (its commit count) within 10 s.
+STATS_FLUSH_S = float(os.environ.get("BENCH_STATS_FLUSH_S", "11"))
+IDLE_WINDOW_S = float(os.environ.get("BENCH_IDLE_WINDOW_S", "10"))
 STEP = "bench_step"
-SERVER_WORKERS = 3
-# Enough for the 16 unbatched pollers; each thread keeps a database
-# connection, and a shared PostgreSQL has a connection limit.
-SERVER_THREADS = 8
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def start_server(stack: Stack, *, keep_alive: bool = True) -> None:
-    """gunicorn on the stack's port, a decider and a sweeper; returns once
-    the API answers. ``keep_alive=False`` for the throughput drains:
-    gunicorn gives a kept-alive connection to one worker process for its
-    life, so a few busy workers' connections can all land on one process
-    (one GIL) while the others idle. Without keep-alive each request's
-    connection goes to whichever process accepts it first, a free one, as
-    it would through a proxy that opens a connection per request."""
-    stack.add_gunicorn(
-        "gunicorn", stack.port, workers=SERVER_WORKERS, threads=SERVER_THREADS, keep_alive_s=5 if keep_alive else 0
-    )
-    stack.add_role("decider", "nodeflow_decider")
-    stack.add_role("sweeper", "nodeflow_sweeper")
-    stack.wait_for_api()
+def default_database_name() -> str:
+    """A name of this run's own: two benchmarks on one server do not meet."""
+    return f"nodeflow_bench_{os.getpid()}"
 
 
 class Bench:
     def __init__(
-        self, *, admin_url: str, tasks: int, unbatched_tasks: int, latency_runs: int, out: Callable[[str], None]
+        self,
+        *,
+        admin_url: str,
+        tasks: int,
+        unbatched_tasks: int,
+        latency_runs: int,
+        fork_items: list[int],
+        shapes: list[str],
+        out: Callable[[str], None],
+        database_name: str | None = None,
+        observe: str = "sql",
+        keep_database: bool = False,
     ):
         self.admin_url = admin_url
-        self.db_name = "nodeflow_bench"
+        self.db_name = database_name or default_database_name()
+        self.database_url = with_database(admin_url, self.db_name)
         self.tasks, self.unbatched_tasks, self.latency_runs = tasks, unbatched_tasks, latency_runs
+        self.fork_items = fork_items
         self.out = out
-        self.stack = Stack(with_database(admin_url, self.db_name), env={"CONN_MAX_AGE": "600"})
-        self.results: dict = {}
+        self.observe = observe
+        self.keep_database = keep_database
+        self.shapes = [
+            shape for shape in (production(self.database_url), make_run(self.database_url)) if shape.name in shapes
+        ]
+        self.key = ""
+        self.workers: WorkerProcess | None = None
 
     # --- database --------------------------------------------------------
     def admin(self, sql: str) -> None:
@@ -97,7 +111,7 @@ class Bench:
         autovacuum does on a server after this many inserts. Without them
         (autovacuum off, or a table too new), PostgreSQL plans the batch
         statements' ``= ANY(ids)`` as scans of the whole table."""
-        with psycopg.connect(with_database(self.admin_url, self.db_name), autocommit=True) as conn:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
             conn.execute("ANALYZE")
 
     def commits(self) -> int:
@@ -108,19 +122,36 @@ class Bench:
             raise RuntimeError(f"PostgreSQL keeps no statistics of database {self.db_name}")
         return int(row[0])
 
-    def setup(self) -> Client:
+    def setup(self) -> None:
         self.admin(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
         self.admin(f"CREATE DATABASE {self.db_name}")
-        self.stack.manage("migrate", "--noinput", "-v", "0")
-        key = (
-            self.stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin")
+        stack = self.shapes[0].stack
+        stack.manage("migrate", "--noinput", "-v", "0")
+        self.key = (
+            stack.manage("nodeflow_apikey", "create", "--namespace", "default", "--role", "admin")
             .strip()
             .splitlines()[-1]
         )
-        start_server(self.stack)
-        client = Client(self.stack.url, key)
-        self.register(client)
-        return client
+        self.shapes[0].start()
+        client = self.client(self.shapes[0])
+        try:
+            self.register(client)
+            workloads.register_workloads(client)
+        finally:
+            client.close()
+            stack.stop()
+        self.workers = WorkerProcess(api_key=self.key, root=ROOT, python=PYTHON, log_path=stack.logdir / "worker.log")
+
+    def teardown(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
+        for shape in self.shapes:
+            shape.stack.stop()
+        if not self.keep_database:
+            self.admin(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
+
+    def client(self, shape: Shape) -> Client:
+        return Client(shape.stack.url, self.key)
 
     def register(self, client: Client) -> None:
         def post(path: str, body: dict) -> None:
@@ -138,10 +169,10 @@ class Bench:
             {"name": "bench_dispatch", "tasks": [{"name": "bench_dispatch", "taskReferenceName": "d"}]},
         )
 
-    # --- phases ----------------------------------------------------------
+    # --- today's phases: baseline, (a), (b), (c), (c'), (d) ---------------
     def baseline(self) -> float:
         """pgbench: single-row UPDATE, 4 clients, 10 seconds."""
-        name = "nodeflow_pgbench"
+        name = f"nodeflow_pgbench_{os.getpid()}"
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         self.admin(f"CREATE DATABASE {name}")
         parts = urlsplit(self.admin_url)
@@ -158,6 +189,7 @@ class Bench:
             text=True,
         )
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        os.unlink(script.name)
         found = re.search(r"tps = ([\d.]+)", done.stdout)
         if found is None:
             raise RuntimeError(f"pgbench printed no tps figure:\n{done.stdout}")
@@ -169,68 +201,32 @@ class Bench:
             list(pool.map(lambda _: client.start(name), range(count)))
         return count / (time.monotonic() - started)
 
-    def drain(self, client: Client, *, count: int, batch: int, threads: int) -> float:
-        """``threads`` workers poll and complete until ``count`` tasks are
-        done; tasks/s. Each worker has its own connections, as separate
-        worker processes would: gunicorn hands a kept-alive connection to
-        one server process for its life, so one shared pool would time one
-        process's GIL. The clock stops at the result that reaches ``count``,
-        not when the last idle long-poll returns."""
-        done = 0
-        finished_at = 0.0
-        lock = threading.Lock()
-        key = client.http.headers["x-api-key"]
-
-        def work() -> None:
-            nonlocal done, finished_at
-            own = Client(str(client.http.base_url), key)
-            try:
-                while True:
-                    with lock:
-                        if done >= count:
-                            return
-                    leased = own.poll(TASK, worker_id=threading.current_thread().name, count=batch, wait_s=1)
-                    if not leased:
-                        continue
-                    if batch > 1:
-                        own.results([(task, "COMPLETED", {"ok": True}) for task in leased])
-                    else:
-                        own.complete(leased[0], {"ok": True})
-                    with lock:
-                        done += len(leased)
-                        if done >= count and not finished_at:
-                            finished_at = time.monotonic()
-            finally:
-                own.close()
-
-        started = time.monotonic()
-        with ThreadPoolExecutor(threads) as pool:
-            for future in [pool.submit(work) for _ in range(threads)]:
-                future.result()
-        return count / ((finished_at or time.monotonic()) - started)
-
     def warm_up(self, client: Client) -> None:
-        """A few polls of an empty queue, so the drain does not time the
+        """A few polls of an empty queue, so a phase does not time the
         server processes' first requests (connections, caches)."""
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: client.poll("bench_warmup", worker_id="warmup"), range(12)))
 
     def throughput(
-        self, client: Client, *, label: str, count: int, batch: int, threads: int, baseline: bool = False
+        self, shape: Shape, *, label: str, count: int, batch: int, threads: int, baseline: bool = False
     ) -> dict:
+        client = self.client(shape)
         before = self.commits()
-        start_server(self.stack, keep_alive=False)
+        shape.start(keep_alive=False)
         start_rate = self.start_many(client, "bench_one", count)
-        self.stack.stop()
+        shape.stack.stop()
         self.analyze()
         after_start = self.commits()
         # Under the same load as the drain that follows (the server is stopped).
         tps = self.baseline() if baseline else None
-        start_server(self.stack, keep_alive=False)
+        shape.start(keep_alive=False)
         self.warm_up(client)
         load = os.getloadavg()[0]
-        rate = self.drain(client, count=count, batch=batch, threads=threads)
-        self.stack.stop()
+        started = time.perf_counter()
+        finished = workloads.drain_batched(shape.stack.url, self.key, TASK, count=count, batch=batch, threads=threads)
+        rate = count / (finished - started)
+        shape.stack.stop()
+        client.close()
         after_drain = self.commits()
         figures = {
             "tasksPerSecond": round(rate, 1),
@@ -261,12 +257,7 @@ class Bench:
                 answer = client.result(task, "COMPLETED", output={"ok": True}, next=ask)
                 task = next((LeasedTask.from_json(item) for item in answer.get("next", [])), None)
             latencies.append((time.perf_counter() - started) * 1000)
-        return {
-            "p50Ms": round(percentile(latencies, 0.5), 2),
-            "p99Ms": round(percentile(latencies, 0.99), 2),
-            "runs": len(latencies),
-            "loadAverage": round(os.getloadavg()[0], 2),
-        }
+        return {**latency_summary(latencies), "loadAverage": round(os.getloadavg()[0], 2)}
 
     def dispatch_latency(self, client: Client) -> dict:
         """A worker waits in a long-poll; latency = receipt - scheduledAt."""
@@ -292,15 +283,110 @@ class Bench:
             time.sleep(0.05)
         stop.set()
         thread.join(timeout=5)
+        return {**latency_summary(latencies), "loadAverage": round(os.getloadavg()[0], 2)}
+
+    # --- the peers' workloads, starts and the fork, per shape -------------
+    def starts(self, shape: Shape, client: Client) -> dict:
+        """Starts/s with nothing polling their queue (``workloads.UNPOLLED``)."""
+        count = workloads.N_TASKS
         return {
-            "p50Ms": round(percentile(latencies, 0.5), 2),
-            "p99Ms": round(percentile(latencies, 0.99), 2),
-            "runs": len(latencies),
+            "oneAtATimePerSecond": round(workloads.starts_per_second(client, workloads.STARTS_FLOW, count, 4), 1),
+            "bulkPerSecond": round(workloads.bulk_starts_per_second(client, workloads.STARTS_FLOW, count), 1),
+            "starts": count,
             "loadAverage": round(os.getloadavg()[0], 2),
         }
 
+    def shape_workloads(self, shape: Shape) -> dict:
+        """Workloads A and B, dispatch (and for production the fork, (c)
+        and (c')) on one running shape; A end to end's commits per task
+        (``end_to_end_with_commits``) and the shape's idle commits/s."""
+        assert self.workers is not None
+        client = self.client(shape)
+        observer = workloads.make_observer(self.observe, database_url=self.database_url, client=client)
+        run = workloads.Workloads(client, observer, self.workers, shape.stack.url, out=self.out)
+        figures: dict = {}
+        try:
+            shape.start()
+            if shape.name != "production":  # production's are measured without keep-alive, before
+                self.warm_up(client)
+                figures["starts"] = self.starts(shape, client)
+                self.out(f"[{shape.name}] starts with nothing polling: {figures['starts']}")
+            run.warm_up()
+            figures["aEndToEnd"], figures["idle"] = self.end_to_end_with_commits(run, observer)
+            self.out(f"[{shape.name}] idle: {figures['idle']}")
+            self.out(f"[{shape.name}] A end to end: {figures['aEndToEnd']}")
+            figures["aDrain"] = run.a_drain(workloads.N_TASKS)
+            self.out(f"[{shape.name}] A drain: {figures['aDrain']}")
+            figures["b"] = run.b_latency()
+            self.out(f"[{shape.name}] B, 10-step flow: {figures['b']}")
+            figures["dispatch"] = self.dispatch_latency(client)
+            self.out(f"[{shape.name}] dispatch latency: {figures['dispatch']}")
+            if shape.name == "production":
+                figures["fork"] = []
+                for items in self.fork_items:
+                    fork = workloads.fork_per_item(client, observer, shape.stack.url, self.key, items)
+                    figures["fork"].append(fork)
+                    self.out(f"[{shape.name}] FORK_JOIN_DYNAMIC: {fork}")
+                if self.latency_runs:
+                    figures["sequential"] = self.sequential_latency(client)
+                    self.out(f"(c) 10-step workflow end to end, a result and a poll per step: {figures['sequential']}")
+                    figures["sequentialEager"] = self.sequential_latency(client, eager=True)
+                    self.out(f"(c') the same, each result leasing the next step: {figures['sequentialEager']}")
+        finally:
+            self.workers.stop()
+            shape.stack.stop()
+            observer.close()
+            client.close()
+        return figures
+
+    def end_to_end_with_commits(self, run: workloads.Workloads, observer: workloads.Observer) -> tuple[dict, dict]:
+        """A end to end between two reads of the database's commit count,
+        each taken once every backend has been idle long enough to have
+        flushed its statistics (PostgreSQL holds an idle backend's for up
+        to 10 s). The shape's idle commits/s are measured first (the worker
+        stopped: the roles' ticks), and the idle wait after the run is taken
+        off at that rate; the client's own looks (a transaction each) are
+        left out."""
+        assert self.workers is not None
+        self.workers.stop()
+        time.sleep(STATS_FLUSH_S)
+        idle_from, idle_started = self.commits(), time.perf_counter()
+        time.sleep(IDLE_WINDOW_S)
+        before, idle_ended = self.commits(), time.perf_counter()
+        idle_rate = (before - idle_from) / (idle_ended - idle_started)
+        looks = observer.statements
+        self.workers.start(run.url, workloads.A_TASK, run.slots)
+        time.sleep(0.5)  # the worker is parked in its first long-poll: "already running"
+        e2e = run.a_end_to_end(workloads.N_TASKS)
+        self.workers.stop()
+        ended = time.perf_counter()
+        time.sleep(STATS_FLUSH_S)
+        after = self.commits()
+        commits = after - before - idle_rate * (time.perf_counter() - ended)
+        if self.observe == "sql":
+            commits -= observer.statements - looks
+        e2e["commitsPerTask"] = round(commits / workloads.N_TASKS, 3)
+        e2e["commitsCounted"] = after - before
+        if self.observe != "sql":
+            e2e["commitsIncludeObserverRequests"] = True
+        e2e["loadAverage"] = round(os.getloadavg()[0], 2)
+        idle = {"commitsPerSecond": round(idle_rate, 2), "seconds": IDLE_WINDOW_S}
+        return e2e, idle
+
+    def production_starts(self, shape: Shape) -> dict:
+        client = self.client(shape)
+        try:
+            shape.start(keep_alive=False)
+            self.warm_up(client)
+            figures = self.starts(shape, client)
+        finally:
+            shape.stack.stop()
+            client.close()
+        self.out(f"[production] starts with nothing polling (no keep-alive): {figures}")
+        return figures
+
     def run(self) -> dict:
-        # The benchmark's workers share the two cores with the server: tune
+        # The benchmark's client shares the two cores with the server: tune
         # this process's collector as a server process's is, so it does not
         # walk Django's heap (loaded by manage.py) every few hundred
         # allocations.
@@ -308,40 +394,63 @@ class Bench:
         self.out("baseline: pgbench single-row UPDATE, 4 clients …")
         baseline = self.baseline()
         self.out(f"baseline: {baseline:.0f} TPS")
-        client = self.setup()
-        try:
-            self.stack.stop()
-            batched = self.throughput(client, label="a: batched", count=self.tasks, batch=100, threads=4, baseline=True)
-            unbatched = self.throughput(client, label="b: unbatched", count=self.unbatched_tasks, batch=1, threads=16)
-            start_server(self.stack)
-            self.warm_up(client)
-            sequential = self.sequential_latency(client)
-            self.out(f"(c) 10-step workflow end to end: {sequential}")
-            eager = self.sequential_latency(client, eager=True)
-            self.out(f"(c') the same, each result leasing the next step (eager dispatch): {eager}")
-            dispatch = self.dispatch_latency(client)
-            self.out(f"(d) dispatch latency: {dispatch}")
-        finally:
-            self.stack.stop()
-            client.close()
-        return {
+        figures: dict = {
+            "settings": {
+                "N": workloads.N_TASKS,
+                "workers": workloads.WORKERS,
+                "bRuns": workloads.B_RUNS,
+                "bWarmup": workloads.B_WARMUP,
+                "aWarmup": workloads.A_WARMUP,
+                "observe": self.observe,
+                "batchedTasks": self.tasks,
+                "forkItems": self.fork_items,
+                "database": self.db_name,
+            },
             "baselinePgbenchUpdateTps": round(baseline, 1),
-            "batched": batched,
-            "unbatched": unbatched,
-            # Against the baseline taken under the drain's own load.
-            "batchedVsBaseline": round(batched["tasksPerSecond"] / batched["baselineTpsBeforeDrain"], 3),
-            "batchedVsFirstBaseline": round(batched["tasksPerSecond"] / baseline, 3),
-            "tenStepWorkflowLatency": sequential,
-            "tenStepWorkflowLatencyEager": eager,
-            "dispatchLatency": dispatch,
-            "commitsPerTask": {
-                "unbatchedDrain": unbatched["commitsPerTaskDrain"],
-                "unbatchedWithStart": unbatched["commitsPerTaskWithStart"],
+            "shapes": {},
+        }
+        try:
+            self.setup()
+            for shape in self.shapes:
+                if shape.name == "production":
+                    self.production_phases(shape, figures, baseline)
+                shape_figures = self.shape_workloads(shape)
+                figures["fork"] = shape_figures.pop("fork", figures.get("fork", []))
+                for key, name in (
+                    ("sequential", "tenStepWorkflowLatency"),
+                    ("sequentialEager", "tenStepWorkflowLatencyEager"),
+                ):
+                    if key in shape_figures:
+                        figures[name] = shape_figures.pop(key)
+                figures["shapes"][shape.name] = {**figures["shapes"].get(shape.name, {}), **shape_figures}
+                if "dispatch" in shape_figures and shape.name == "production":
+                    figures["dispatchLatency"] = shape_figures["dispatch"]
+        finally:
+            self.teardown()
+        figures["machine"] = {"cpus": os.cpu_count(), "loadAverageAtEnd": round(os.getloadavg()[0], 2)}
+        return figures
+
+    def production_phases(self, shape: Shape, figures: dict, baseline: float) -> None:
+        """(a), (b) and the starts, each on a server without keep-alive."""
+        commits: dict = {}
+        if self.tasks:
+            batched = self.throughput(shape, label="a: batched", count=self.tasks, batch=100, threads=4, baseline=True)
+            figures["batched"] = batched
+            figures["batchedVsBaseline"] = round(batched["tasksPerSecond"] / batched["baselineTpsBeforeDrain"], 3)
+            figures["batchedVsFirstBaseline"] = round(batched["tasksPerSecond"] / baseline, 3)
+            commits |= {
                 "batchedDrain": batched["commitsPerTaskDrain"],
                 "batchedWithStart": batched["commitsPerTaskWithStart"],
-            },
-            "machine": {"cpus": os.cpu_count(), "loadAverageAtEnd": round(os.getloadavg()[0], 2)},
-        }
+            }
+        if self.unbatched_tasks:
+            unbatched = self.throughput(shape, label="b: unbatched", count=self.unbatched_tasks, batch=1, threads=16)
+            figures["unbatched"] = unbatched
+            commits |= {
+                "unbatchedDrain": unbatched["commitsPerTaskDrain"],
+                "unbatchedWithStart": unbatched["commitsPerTaskWithStart"],
+            }
+        figures["commitsPerTask"] = commits
+        figures["shapes"]["production"] = {"starts": self.production_starts(shape)}
 
 
 def write_json(figures: dict, path: str) -> None:

@@ -3,8 +3,8 @@
 A steady load for a fixed time: a small mixed workflow (a SIMPLE task, a
 fork of a SIMPLE task and a JSON_JQ_TRANSFORM system task, a join, a last
 SIMPLE task) started at a fixed rate, served by the real server and roles as
-separate processes (``tools.bench.start_server`` on a ``tools.stack.Stack``,
-plus the system-task runner) and worked by real worker processes
+separate processes (``tools.bench_shapes.start_production`` on a
+``tools.stack.Stack``: gunicorn and every role) and worked by real worker processes
 (``python -m tools.soak URL KEY``).
 A purge (``executions.purge.purge_executions``) runs periodically with a
 short retention so that the tables stay bounded.
@@ -37,7 +37,8 @@ import psycopg
 from django.db import connection
 
 from nodeflow_worker import Client, StaleLease
-from tools import bench
+from tools.bench_shapes import start_production
+from tools.bench_stats import percentile
 from tools.stack import PYTHON, Stack, with_database
 
 WORKFLOW = "soak_flow"
@@ -281,8 +282,8 @@ class Interval:
             "completed": completed,
             "completedPerSecond": round(completed / seconds, 2) if seconds else None,
             "notCompleted": {k: v for k, v in self.finished.items() if k != "COMPLETED"},
-            "latencyP50s": round(bench.percentile(self.latencies, 0.5), 3) if self.latencies else None,
-            "latencyP99s": round(bench.percentile(self.latencies, 0.99), 3) if self.latencies else None,
+            "latencyP50s": round(percentile(self.latencies, 50) or 0.0, 3) if self.latencies else None,
+            "latencyP99s": round(percentile(self.latencies, 99) or 0.0, 3) if self.latencies else None,
             **extra,
         }
 
@@ -339,10 +340,9 @@ class Soak:
                 self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def start_stack(self, key: str) -> None:
-        """The benchmark's server, decider and sweeper, plus the system-task
-        runner and the worker processes."""
-        bench.start_server(self.stack)
-        self.stack.add_role("systemtasks", "nodeflow_systemtasks")
+        """The benchmark's production shape (the server and every role,
+        the system-task runner among them), plus the worker processes."""
+        start_production(self.stack)
         for index in range(1, self.options.workers + 1):
             self.stack.add(f"worker-{index}", [PYTHON, "-m", "tools.soak", self.stack.url, key])
 
