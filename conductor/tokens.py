@@ -50,7 +50,7 @@ def verify(token: str) -> ResolvedKey:
         payload = signing.Signer(salt=_SALT).unsign(token)
     except signing.BadSignature as exc:
         raise TokenInvalid from exc
-    key_id, fingerprint, issued_s = (payload.split(".") + ["", "", ""])[:3]
+    key_id, fingerprint, issued_s = [*payload.split("."), "", "", ""][:3]
     if not key_id.isdigit() or len(fingerprint) != FINGERPRINT_CHARS or not issued_s.isdigit():
         raise TokenInvalid
     # Aged by nodeflow.clock, as every deadline is (tests move it).
