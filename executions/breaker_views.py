@@ -3,27 +3,14 @@ for this namespace (SPEC §8). Thin: authorise, read, render."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from executions import breakers
+from executions import breakers, schema_shapes
 from nodeflow.auth import Scope
 from nodeflow.views import NamespacedView
 
-BREAKERS = inline_serializer(
-    "Breaker",
-    many=True,
-    fields={
-        "key": serializers.CharField(),
-        "state": serializers.ChoiceField(choices=["CLOSED", "OPEN", "HALF_OPEN"]),
-        "process": serializers.CharField(),
-        "failures": serializers.IntegerField(),
-        "requests": serializers.IntegerField(),
-        "openedUntil": serializers.DateTimeField(allow_null=True),
-        "updatedAt": serializers.DateTimeField(),
-    },
-)
+BREAKERS = schema_shapes.BreakerSerializer(many=True)  # the answer's shape, for the schema only
 
 
 class BreakersView(NamespacedView):

@@ -8,6 +8,7 @@ import functools
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
@@ -28,6 +29,7 @@ MAX_BATCH_RESULTS = 100
 MAX_PRIORITY = 99
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {}})
 class JSONObjectField(serializers.JSONField):
     default_error_messages = {"invalid": "must be a JSON object"}
 

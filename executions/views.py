@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
 from rest_framework.response import Response
 
-from executions import executor, lifecycle, waiting
+from executions import executor, lifecycle, schema_shapes, waiting
 from executions.models import Execution
 from executions.pagination import paginate
 from executions.serializers import (
@@ -22,35 +22,9 @@ from nodeflow.auth import Scope
 from nodeflow.errors import Conflict
 from nodeflow.views import NamespacedView
 
-EXECUTION = inline_serializer(
-    "Execution",
-    fields={
-        "id": serializers.UUIDField(),
-        "name": serializers.CharField(),
-        "version": serializers.IntegerField(),
-        "status": serializers.CharField(),
-        "awaitingAdmission": serializers.BooleanField(),
-        "input": serializers.DictField(),
-        "output": serializers.DictField(),
-        "variables": serializers.DictField(),
-        "reasonForIncompletion": serializers.CharField(allow_null=True),
-        "correlationId": serializers.CharField(allow_null=True),
-        "parentExecutionId": serializers.UUIDField(allow_null=True),
-        "depth": serializers.IntegerField(),
-        "createdAt": serializers.DateTimeField(),
-        "startedAt": serializers.DateTimeField(allow_null=True),
-        "endedAt": serializers.DateTimeField(allow_null=True),
-        "deadline": serializers.DateTimeField(allow_null=True),
-        "tasks": serializers.ListField(child=serializers.DictField(), required=False),
-    },
-)
-EXECUTION_PAGE = inline_serializer(
-    "ExecutionPage",
-    fields={
-        "results": serializers.ListField(child=serializers.DictField()),
-        "next": serializers.CharField(allow_null=True),
-    },
-)
+# The answers' shapes, for the schema only (executions/schema_shapes.py).
+EXECUTION = schema_shapes.ExecutionSerializer
+EXECUTION_PAGE = schema_shapes.ExecutionPageSerializer
 
 
 def full_view(execution: Execution) -> dict:
@@ -97,24 +71,7 @@ class ExecutionListView(NamespacedView):
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-BATCH_STARTS = inline_serializer(
-    "BatchStartAnswers",
-    fields={
-        "results": serializers.ListField(
-            child=inline_serializer(
-                "BatchStartAnswer",
-                fields={
-                    "status": serializers.IntegerField(),
-                    "id": serializers.UUIDField(required=False),
-                    "executionStatus": serializers.CharField(required=False),
-                    "error": serializers.CharField(required=False),
-                    "message": serializers.CharField(required=False),
-                    "field": serializers.CharField(required=False),
-                },
-            )
-        )
-    },
-)
+BATCH_STARTS = schema_shapes.BatchStartAnswersSerializer
 
 
 class ExecutionBatchView(NamespacedView):
@@ -208,7 +165,7 @@ class MessagesView(NamespacedView):
     @extend_schema(
         summary="Post a message to an execution (for PULL_WORKFLOW_MESSAGES)",
         request=OpenApiTypes.ANY,
-        responses={201: inline_serializer("MessageAccepted", fields={"id": serializers.IntegerField()})},
+        responses={201: schema_shapes.MessageAcceptedSerializer},
     )
     def post(self, request, ns, execution_id):
         execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)

@@ -7,13 +7,13 @@ import threading
 import uuid
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from executions import dispatch, result_bodies, results, waiting
+from executions import dispatch, result_bodies, results, schema_shapes, waiting
 from executions.serializers import (
     BatchResultsSerializer,
     HeartbeatSerializer,
@@ -27,38 +27,10 @@ from nodeflow.errors import InvalidField, NotFound
 from nodeflow.fields import is_name
 from nodeflow.views import NamespacedView
 
-LEASED_TASK = inline_serializer(
-    "LeasedTask",
-    many=True,
-    fields={
-        "taskId": serializers.UUIDField(),
-        "executionId": serializers.UUIDField(),
-        "taskType": serializers.CharField(),
-        "referenceTaskName": serializers.CharField(),
-        "path": serializers.CharField(),
-        "inputData": serializers.DictField(),
-        "attempt": serializers.IntegerField(),
-        "idempotencyKey": serializers.CharField(),
-        "leaseToken": serializers.CharField(),
-        "leaseExpiresAt": serializers.DateTimeField(),
-    },
-)
-TASK = inline_serializer("Task", fields={"taskId": serializers.UUIDField(), "status": serializers.CharField()})
-BATCH_ANSWER = inline_serializer(
-    "BatchResultAnswers",
-    fields={
-        "results": serializers.ListField(
-            child=inline_serializer(
-                "BatchResultAnswer",
-                fields={
-                    "taskId": serializers.UUIDField(),
-                    "status": serializers.IntegerField(),
-                    "error": serializers.CharField(required=False),
-                },
-            )
-        )
-    },
-)
+# The answers' shapes, for the schema only (executions/schema_shapes.py).
+LEASED_TASK = schema_shapes.LeasedTaskSerializer(many=True)
+TASK = schema_shapes.TaskResultAnswerSerializer
+BATCH_ANSWER = schema_shapes.BatchResultAnswersSerializer
 
 
 class _Bound(threading.local):
@@ -156,7 +128,9 @@ class HeartbeatView(WorkerView):
     scopes = {"POST": Scope.TASKS_WORK}
 
     @extend_schema(
-        summary="Extend a lease (409 when it is no longer yours)", request=HeartbeatSerializer, responses=TASK
+        summary="Extend a lease (409 when it is no longer yours)",
+        request=HeartbeatSerializer,
+        responses=schema_shapes.HeartbeatAnswerSerializer,
     )
     def post(self, request, ns, task_id):
         body = HeartbeatSerializer(data=request.data)
@@ -242,13 +216,7 @@ class WebhookView(NamespacedView):
     @extend_schema(
         summary="Deliver an inbound webhook to the WAIT_FOR_WEBHOOK tasks it matches",
         request=OpenApiTypes.OBJECT,
-        responses=inline_serializer(
-            "WebhookDelivered",
-            fields={
-                "matched": serializers.IntegerField(),
-                "taskIds": serializers.ListField(child=serializers.UUIDField()),
-            },
-        ),
+        responses=schema_shapes.WebhookDeliveredSerializer,
     )
     def post(self, request, ns, name):
         if not is_name(name):

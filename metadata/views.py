@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from metadata import taskdefs, workflows
+from metadata import schema_shapes, taskdefs, workflows
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.serializers import TaskDefinitionSerializer, WorkflowVersionSerializer
 from nodeflow.auth import Scope
@@ -79,25 +79,9 @@ def _version_body(row: WorkflowVersion) -> dict:
     return WorkflowVersionSerializer(row).data
 
 
-WORKFLOW_FIELDS = {
-    "name": serializers.CharField(),
-    "version": serializers.IntegerField(read_only=True),
-    "published": serializers.BooleanField(read_only=True),
-    "description": serializers.CharField(required=False),
-    "tasks": serializers.ListField(child=serializers.DictField(), min_length=1),
-    "inputParameters": serializers.ListField(child=serializers.CharField(), required=False),
-    "outputParameters": serializers.DictField(required=False),
-    "failureWorkflow": serializers.CharField(required=False, allow_null=True),
-    "timeoutSeconds": serializers.FloatField(required=False),
-    "timeoutPolicy": serializers.ChoiceField(["TIME_OUT_WF", "ALERT_ONLY"], required=False),
-    "maxConcurrentTasks": serializers.IntegerField(required=False),
-    "maxConcurrentExecutions": serializers.IntegerField(required=False),
-    "rateLimitConfig": serializers.DictField(required=False, allow_null=True),
-    "variables": serializers.DictField(required=False),
-    "createdAt": serializers.DateTimeField(read_only=True),
-    "publishedAt": serializers.DateTimeField(read_only=True, allow_null=True),
-}
-WORKFLOW_BODY = inline_serializer("WorkflowDefinition", fields=WORKFLOW_FIELDS)
+# Definitions are checked by metadata.validation; their schema is written
+# from the same field sets (metadata/schema_shapes.py).
+WORKFLOW_BODY = schema_shapes.WorkflowDefinitionShape
 VERSION_SUMMARY = inline_serializer(
     "WorkflowVersionSummary",
     many=True,
@@ -121,7 +105,7 @@ class WorkflowDefinitionListView(NamespacedView):
     @extend_schema(
         operation_id="list_workflow_definitions",
         summary="List workflow definitions (their published versions)",
-        responses=inline_serializer("WorkflowDefinitionList", many=True, fields=WORKFLOW_FIELDS),
+        responses=schema_shapes.WorkflowDefinitionShape(many=True),
     )
     def get(self, request, ns):
         rows = (

@@ -177,6 +177,30 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Node Flow's routes only: the Conductor-compatible ones speak Conductor's dialect.
+    "PREPROCESSING_HOOKS": ["nodeflow.schema.exclude_foreign_dialects"],
+    # Closed sets, each one named component (a generated client's enum).
+    "ENUM_NAME_OVERRIDES": {
+        "ExecutionStatus": "executions.models.ExecutionStatus",
+        "TaskStatus": "executions.models.TaskStatus",
+        "ResultStatus": "executions.schema_shapes.RESULT_STATUS_CHOICES",
+        "TaskType": "executions.schema_shapes.TASK_TYPE_CHOICES",
+        "BreakerState": "executions.schema_shapes.BREAKER_STATE_CHOICES",
+        "RetryLogic": "metadata.models.RetryLogic",
+        "TaskTimeoutPolicy": "metadata.models.TimeoutPolicy",
+        "WorkflowTimeoutPolicy": "metadata.validation.WORKFLOW_TIMEOUT_POLICIES",
+        "SwitchEvaluator": "metadata.task_types.SWITCH_EVALUATORS",
+    },
+    "ENUM_GENERATE_CHOICE_DESCRIPTION": False,  # the labels only repeat the values
+    "TAGS": [
+        {"name": "definitions", "description": "Task and workflow definitions, and workflow versions"},
+        {"name": "executions", "description": "Start, read and steer executions"},
+        {"name": "workers", "description": "Poll, heartbeat and report results; inbound webhooks"},
+        {"name": "controls", "description": "Semaphores, quotas, queues and circuit breakers"},
+        {"name": "schedules", "description": "Cron schedules that start workflows"},
+        {"name": "secrets", "description": "Secrets that WEBHOOK tasks sign with"},
+        {"name": "service", "description": "Health"},
+    ],
 }
 
 # Largest request body accepted (bytes); larger bodies get 413.

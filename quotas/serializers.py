@@ -13,13 +13,54 @@ MAX_PERMITS = 1_000_000
 MAX_QUOTA = 1_000_000_000
 
 
+class SemaphoreHolderSerializer(serializers.Serializer):
+    """A task holding a permit (``holder_view``; the schema's shape only)."""
+
+    holderId = serializers.IntegerField()
+    taskId = serializers.UUIDField()
+    executionId = serializers.UUIDField()
+    taskType = serializers.CharField()
+    workerId = serializers.CharField(allow_null=True)
+    acquiredAt = serializers.DateTimeField()
+    leaseExpiresAt = serializers.DateTimeField(allow_null=True, help_text="The permit goes with the lease")
+
+
 class SemaphoreSerializer(StrictSerializer):
     """A semaphore: PUT takes permits; GET one adds its holders."""
 
     name = serializers.CharField(read_only=True)
     permits = StrictIntegerField(min_value=0, max_value=MAX_PERMITS)
     held = serializers.IntegerField(read_only=True)
-    holders = serializers.ListField(read_only=True)
+    holders = SemaphoreHolderSerializer(many=True, read_only=True)
+
+
+class SemaphoreUseSerializer(serializers.Serializer):
+    """``semaphore_view`` (the schema's shape only)."""
+
+    name = serializers.CharField()
+    permits = serializers.IntegerField()
+    held = serializers.IntegerField(help_text="Permits held now")
+
+
+class QueueSerializer(serializers.Serializer):
+    """``QueueUse.view`` (the schema's shape only)."""
+
+    taskType = serializers.CharField()
+    depth = serializers.IntegerField(help_text="Tasks waiting: ready, in a retry delay, or held by a control")
+    inFlight = serializers.IntegerField(help_text="Tasks leased to a worker")
+
+
+class QueuePollSerializer(serializers.Serializer):
+    taskType = serializers.CharField()
+    lastPollAt = serializers.DateTimeField()
+
+
+class QueueWorkerSerializer(serializers.Serializer):
+    """``workers_view`` (the schema's shape only)."""
+
+    workerId = serializers.CharField()
+    lastPollAt = serializers.DateTimeField()
+    queues = QueuePollSerializer(many=True)
 
 
 def semaphore_view(use: SemaphoreUse) -> dict:

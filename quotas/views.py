@@ -4,8 +4,8 @@ render."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
 from rest_framework.response import Response
 
 from nodeflow.auth import Scope
@@ -15,28 +15,22 @@ from nodeflow.views import NamespacedView
 from quotas import diagnostics, namespace_quotas, schedules, semaphores
 from quotas.models import Schedule
 from quotas.serializers import (
+    QueueSerializer,
+    QueueWorkerSerializer,
     QuotasSerializer,
     ScheduleSerializer,
     SemaphoreSerializer,
+    SemaphoreUseSerializer,
     holder_view,
     schedule_view,
     semaphore_view,
     workers_view,
 )
 
-SEMAPHORE_FIELDS = {
-    "name": serializers.CharField(),
-    "permits": serializers.IntegerField(),
-    "held": serializers.IntegerField(),
-}
-QUEUE_FIELDS = {
-    "taskType": serializers.CharField(),
-    "depth": serializers.IntegerField(),
-    "inFlight": serializers.IntegerField(),
-}
-SEMAPHORES = inline_serializer("SemaphoreUse", fields=SEMAPHORE_FIELDS, many=True)
-QUEUE = inline_serializer("Queue", fields=QUEUE_FIELDS)
-QUEUES = inline_serializer("Queue", fields=QUEUE_FIELDS, many=True)
+# The answers' shapes, for the schema only (quotas/serializers.py).
+SEMAPHORES = SemaphoreUseSerializer(many=True)
+QUEUE = QueueSerializer
+QUEUES = QueueSerializer(many=True)
 
 
 class SemaphoreListView(NamespacedView):
@@ -204,15 +198,7 @@ class QueueWorkersView(NamespacedView):
     @extend_schema(
         summary="Workers and when each last polled each queue",
         parameters=[OpenApiParameter("taskType", str, required=False)],
-        responses=inline_serializer(
-            "QueueWorker",
-            many=True,
-            fields={
-                "workerId": serializers.CharField(),
-                "lastPollAt": serializers.DateTimeField(),
-                "queues": serializers.ListField(child=serializers.DictField()),
-            },
-        ),
+        responses=QueueWorkerSerializer(many=True),
     )
     def get(self, request, ns):
         queue = request.query_params.get("taskType")
