@@ -85,7 +85,9 @@ class StartRequestSerializer(Refusing):
     input = JSONObjectField(required=False, allow_null=True)
     priority = StrictIntegerField(min_value=0, max_value=MAX_PRIORITY, required=False, allow_null=True)
     idempotencyKey = StrictCharField(max_length=256, required=False, allow_null=True)
-    idempotencyStrategy = EnumField(choices=[("RETURN_EXISTING", "RETURN_EXISTING")], required=False, allow_null=True)
+    idempotencyStrategy = EnumField(
+        choices=[("FAIL", "FAIL"), ("RETURN_EXISTING", "RETURN_EXISTING")], required=False, allow_null=True
+    )
     taskToDomain = serializers.DictField(child=StrictCharField(), required=False, allow_null=True)
     workflowDef = serializers.JSONField(required=False, allow_null=True)
     externalInputPayloadStoragePath = StrictCharField(required=False, allow_null=True, allow_blank=True)

@@ -43,7 +43,7 @@ from metadata import taskdefs, workflows
 from metadata.models import TaskDefinition, WorkflowVersion
 from nodeflow import throttling, transactions
 from nodeflow.auth import ApiKeyAuthentication, Principal, Scope, StaffSessionAuthentication, client_address
-from nodeflow.errors import InvalidField
+from nodeflow.errors import Conflict, InvalidField
 from nodeflow.fields import is_name
 from nodeflow.views import NamespacedView
 
@@ -360,12 +360,16 @@ class WorkflowDefView(ConductorView):
 # --- workflows --------------------------------------------------------------------
 
 
-def _start(namespace, start: dict) -> str:
-    """Start through the start route's own validation and the one start path."""
+def _start(namespace, start: dict, *, fail_if_exists: bool = False) -> str:
+    """Start through the start route's own validation and the one start path.
+    An idempotency key already used answers its execution, or, with
+    Conductor's ``idempotencyStrategy: FAIL``, 409."""
     body = StartExecutionSerializer(data={key: value for key, value in start.items() if value is not None})
     body.is_valid(raise_exception=True)
     with transactions.outermost():
-        execution, _ = lifecycle.start_requested(namespace=namespace, start=body.validated_data)
+        execution, created = lifecycle.start_requested(namespace=namespace, start=body.validated_data)
+    if not created and fail_if_exists:
+        raise Conflict(f"workflow {execution.id} was started with this idempotencyKey (idempotencyStrategy FAIL)")
     return str(execution.id)
 
 
@@ -384,7 +388,8 @@ class StartView(ConductorView):
         body = StartRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         start = {key: body.validated_data.get(key) for key in NODE_FLOW_START}
-        return text(_start(self.namespace, start))
+        fail = body.validated_data.get("idempotencyStrategy") in (None, "FAIL")  # Conductor's default
+        return text(_start(self.namespace, start, fail_if_exists=fail))
 
 
 class WorkflowView(ConductorView):

@@ -407,7 +407,7 @@ def test_a_workflow_starts_by_name_with_its_input_as_the_body(admin):
     [
         ({"taskToDomain": {"charge": "eu"}}, "taskToDomain"),
         ({"workflowDef": {"name": "inline"}}, "workflowDef"),
-        ({"idempotencyStrategy": "FAIL"}, "idempotencyStrategy"),
+        ({"idempotencyStrategy": "ONCE"}, "idempotencyStrategy"),
         ({"priority": 100}, "priority"),
         ({"input": "x"}, "input"),
         ({"version": 0}, "version"),
@@ -420,10 +420,14 @@ def test_a_start_request_is_refused_naming_what_node_flow_does_not_do(admin, ext
     assert not Execution.objects.exists()
 
 
-def test_an_idempotency_key_returns_the_same_workflow(admin):
+def test_an_idempotency_key_returns_the_same_workflow_or_fails_as_the_strategy_says(admin):
     register(admin, PAY, CHARGE, NOTIFY)
-    first = start(admin, "pay", idempotencyKey="k1", idempotencyStrategy="RETURN_EXISTING", taskToDomain={})
-    assert start(admin, "pay", idempotencyKey="k1") == first
+    first = start(admin, "pay", idempotencyKey="k1", idempotencyStrategy="FAIL", taskToDomain={})
+    assert start(admin, "pay", idempotencyKey="k1", idempotencyStrategy="RETURN_EXISTING") == first
+    body = assert_conductor_error(admin.post("workflow", {"name": "pay", "idempotencyKey": "k1"}), 409)
+    assert first in body["message"]  # FAIL is Conductor's default
+    assert admin.post("workflow/pay", {}).status_code == 200  # no key: a new workflow
+    assert Execution.objects.count() == 2
 
 
 def test_terminate_pause_resume_retry_and_restart_go_through_the_lifecycle(admin, worker):
