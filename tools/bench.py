@@ -86,6 +86,7 @@ class Bench:
         database_name: str | None = None,
         observe: str = "sql",
         keep_database: bool = False,
+        baseline_seconds: int = 10,
     ):
         self.admin_url = admin_url
         self.db_name = database_name or default_database_name()
@@ -95,6 +96,7 @@ class Bench:
         self.out = out
         self.observe = observe
         self.keep_database = keep_database
+        self.baseline_seconds = baseline_seconds
         self.shapes = [
             shape for shape in (production(self.database_url), make_run(self.database_url)) if shape.name in shapes
         ]
@@ -171,7 +173,7 @@ class Bench:
 
     # --- today's phases: baseline, (a), (b), (c), (c'), (d) ---------------
     def baseline(self) -> float:
-        """pgbench: single-row UPDATE, 4 clients, 10 seconds."""
+        """pgbench: single-row UPDATE, 4 clients, 10 seconds (``--baseline-seconds``)."""
         name = f"nodeflow_pgbench_{os.getpid()}"
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         self.admin(f"CREATE DATABASE {name}")
@@ -183,7 +185,7 @@ class Bench:
                 "\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n"
             )
         done = subprocess.run(
-            ["pgbench", *conn, "-n", "-c", "4", "-j", "2", "-T", "10", "-f", script.name, name],
+            ["pgbench", *conn, "-n", "-c", "4", "-j", "2", "-T", str(self.baseline_seconds), "-f", script.name, name],
             check=True,
             capture_output=True,
             text=True,
@@ -425,6 +427,9 @@ class Bench:
                 figures["shapes"][shape.name] = {**figures["shapes"].get(shape.name, {}), **shape_figures}
                 if "dispatch" in shape_figures and shape.name == "production":
                     figures["dispatchLatency"] = shape_figures["dispatch"]
+        except BaseException:
+            self.out("the processes' logs: " + ", ".join(str(shape.stack.logdir) for shape in self.shapes))
+            raise
         finally:
             self.teardown()
         figures["machine"] = {"cpus": os.cpu_count(), "loadAverageAtEnd": round(os.getloadavg()[0], 2)}

@@ -169,8 +169,8 @@ def _cannot_run(peer: Peer, venvs: str, env: dict[str, str]) -> str:
     python = Path(venvs) / peer.venv / "bin" / "python"
     if not python.exists():
         return (
-            f"no venv at {python.parent.parent}: create the peers' venvs with ../shared/peers/setup_venvs.sh "
-            f"(PEERS_VENVS={venvs} to put them there)"
+            f"no venv at {python.parent.parent}: create the peers' venvs with "
+            f"PEERS_VENVS={venvs} ../shared/peers/setup_venvs.sh (or point PEERS_VENVS at where they are)"
         )
     if peer.venv == "celery":
         redis_url = env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")

@@ -72,6 +72,7 @@ class Command(BaseCommand):
             default=None,
             help="an earlier (a) ratio to pgbench, to compare with",
         )
+        parser.add_argument("--baseline-seconds", type=int, default=10, help="how long each pgbench baseline runs")
         parser.add_argument("--json", default="bench-results.json", help="where to write the figures")
 
     def handle(self, *args, **options) -> None:
@@ -91,6 +92,7 @@ class Command(BaseCommand):
             database_name=options["database_name"],
             keep_database=options["keep_database"],
             observe=observe,
+            baseline_seconds=options["baseline_seconds"],
             out=self.stdout.write,
         )
         figures = bench.run()
