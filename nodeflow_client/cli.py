@@ -185,6 +185,24 @@ def _human_task(client: Client, args: argparse.Namespace) -> str:
     return waiting[0].task_id
 
 
+def cmd_result(client: Client, args: argparse.Namespace) -> Any:
+    output = _object(json_argument(args.output), "--output") if args.output is not None else None
+    next = (
+        ({"workerId": args.worker_id, "count": args.next} if args.worker_id else {"count": args.next})
+        if args.next
+        else None
+    )
+    return client.report_result(
+        args.task_id,
+        lease_token=args.lease,
+        status=args.status,
+        output=output,
+        reason=args.reason,
+        callback_after_s=args.callback_after,
+        next=next,
+    )
+
+
 def cmd_secret_put(client: Client, args: argparse.Namespace) -> Any:
     value = args.value if args.value is not None else sys.stdin.read().rstrip("\n")
     client.set_secret(args.name, value)
@@ -386,6 +404,47 @@ def _signals(commands: Any) -> None:
     )
 
 
+def _worker_half(commands: Any) -> None:
+    task = commands.add_parser("task", help="the worker's half, by hand").add_subparsers(dest="verb", required=True)
+    _sub(
+        task,
+        "poll",
+        lambda c, a: c.poll(a.task_type, worker_id=a.worker_id, count=a.count, wait_s=a.wait),
+        "lease up to --count ready tasks of a queue",
+        arg("task_type", metavar="TASK_TYPE"),
+        arg("--worker-id", help="shows as the task's workerId"),
+        arg("--count", type=int, default=1, help="1-100"),
+        arg("--wait", type=float, default=0, metavar="S", help="long-poll up to S seconds (0-30) for one"),
+    )
+    _sub(
+        task,
+        "result",
+        cmd_result,
+        "report a leased task's result",
+        arg("task_id", metavar="TASK_ID"),
+        arg("--lease", required=True, metavar="TOKEN", help="the leaseToken the poll gave"),
+        arg(
+            "--status",
+            default="COMPLETED",
+            choices=("COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "IN_PROGRESS"),
+        ),
+        arg("--output", metavar="JSON", help=f"outputData: {JSON_HELP}"),
+        arg("--reason", help="reasonForIncompletion"),
+        arg("--callback-after", type=float, metavar="S", help="with IN_PROGRESS: offer it again after S seconds"),
+        arg("--next", type=int, metavar="N", help="lease the next N tasks of its type in the same request"),
+        arg("--worker-id", help="with --next"),
+    )
+    _sub(
+        task,
+        "heartbeat",
+        lambda c, a: c.heartbeat(a.task_id, a.lease, json_argument(a.progress) if a.progress else None),
+        "extend a lease",
+        arg("task_id", metavar="TASK_ID"),
+        arg("--lease", required=True, metavar="TOKEN"),
+        arg("--progress", metavar="JSON", help=JSON_HELP),
+    )
+
+
 def _controls(commands: Any) -> None:
     queue = commands.add_parser("queue", help="worker queues").add_subparsers(dest="verb", required=True)
     _sub(queue, "list", lambda c, a: c.queues(), "every queue: depth and in flight")
@@ -449,6 +508,7 @@ def parser() -> argparse.ArgumentParser:
     _definitions(commands)
     _executions(commands)
     _signals(commands)
+    _worker_half(commands)
     _controls(commands)
     return top
 

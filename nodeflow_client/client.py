@@ -21,6 +21,7 @@ from nodeflow_client.errors import ConnectionFailed, Unavailable, WaitTimeout, f
 from nodeflow_client.models import (
     Breaker,
     Execution,
+    LeasedTask,
     Model,
     Page,
     Queue,
@@ -400,6 +401,45 @@ class Client:
         """The execution's HUMAN tasks waiting for a person (by reference name or path, if given)."""
         tasks = self.get(execution_id).open_tasks("HUMAN")
         return [t for t in tasks if reference is None or reference in (t.reference_task_name, t.path)]
+
+    # --- the worker's half, for scripts (workers: nodeflow_worker) ---------------
+
+    def poll(self, task_type: str, *, worker_id: str = "", count: int = 1, wait_s: float = 0) -> list[LeasedTask]:
+        """Lease up to ``count`` ready tasks of a queue, long-polling up to
+        ``wait_s`` (0-30) for one. A real worker is ``nodeflow_worker.Worker``,
+        which also heartbeats and reports."""
+        # An empty workerId is refused (400), an absent one defaults to "".
+        body = _body(workerId=worker_id or None, count=count, waitSeconds=wait_s)
+        return [LeasedTask.from_json(item) for item in self._json("POST", f"tasks/poll/{_segment(task_type)}", body)]
+
+    def report_result(
+        self,
+        task_id: str,
+        *,
+        lease_token: str,
+        status: str = "COMPLETED",
+        output: dict[str, Any] | None = None,
+        reason: str | None = None,
+        callback_after_s: float | None = None,
+        next: dict[str, Any] | None = None,
+    ) -> Task:
+        """Report a leased task's result (409 ``Conflict`` for a stale lease).
+        ``next`` (``{"workerId", "count", "taskType"}``) leases the next tasks
+        in the same request: they are in ``task.raw["next"]``."""
+        body = _body(
+            leaseToken=lease_token,
+            status=status,
+            outputData=output or {},
+            reasonForIncompletion=reason,
+            callbackAfterSeconds=callback_after_s,
+            next=next,
+        )
+        return self._one(Task, "POST", f"tasks/{_segment(task_id)}/result", body)
+
+    def heartbeat(self, task_id: str, lease_token: str, progress: Any = None) -> dict[str, Any]:
+        """Extend a lease; the answer carries the new ``leaseExpiresAt``."""
+        body = _body(leaseToken=lease_token, progress=progress)
+        return self._json("POST", f"tasks/{_segment(task_id)}/heartbeat", body)
 
     # --- diagnostics and controls (SPEC §8–§9) ---------------------------------
 

@@ -152,6 +152,23 @@ class Task(Model):
 
 
 @dataclass
+class LeasedTask(Model):
+    """A task a poll leased (SPEC §7): its result must carry ``lease_token``."""
+
+    task_id: str = ""
+    execution_id: str = ""
+    task_type: str = ""
+    reference_task_name: str = ""
+    path: str = ""
+    input_data: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 1
+    idempotency_key: str = ""
+    lease_token: str = ""
+    lease_expires_at: dt.datetime | None = None
+    scheduled_at: dt.datetime | None = None
+
+
+@dataclass
 class Execution(Model):
     """One execution (one run of a workflow). ``tasks`` is there when the
     answer carries them (a single execution's read, a start, an action),

@@ -505,3 +505,18 @@ def test_an_answer_that_is_not_json_is_an_error_with_its_text():
         client.get("e1")
     assert caught.value.status == 502 and caught.value.body == {"message": "upstream down"}
     assert json.dumps(caught.value.body)
+
+
+def test_the_workers_half_by_hand(client):
+    task, flow = unique("by_hand"), unique("by_hand_flow")
+    one_task_workflow(client, flow, task)
+    execution = client.start(flow)
+    (leased,) = client.poll(task, worker_id="script", count=5, wait_s=5)
+    assert leased.execution_id == execution.id and leased.lease_expires_at is not None
+    assert client.heartbeat(leased.task_id, leased.lease_token, {"half": True})["status"] == "IN_PROGRESS"
+    done = client.report_result(leased.task_id, lease_token=leased.lease_token, output={"ok": 1})
+    assert done.status == "COMPLETED" and done.worker_id == "script"
+    with pytest.raises(Conflict) as caught:
+        client.report_result(leased.task_id, lease_token=leased.lease_token)
+    assert caught.value.body["taskStatus"] == "COMPLETED"
+    assert client.wait(execution.id, timeout=WAIT_S).status == "COMPLETED"

@@ -336,3 +336,29 @@ def test_controls_from_a_shell(nodeflow_here, tmp_path):
     # A namespace the admin key is not in: refused (403), not created.
     elsewhere = nodeflow_here("-n", unique("other"), "queue", "list")
     assert elsewhere.code == cli.EXIT_REFUSED and elsewhere.error["error"] == "FORBIDDEN"
+
+
+def test_playing_the_worker_from_a_shell(nodeflow, tmp_path):
+    first, second, flow = unique("first"), unique("second"), unique("by_hand")
+    definition = {
+        "name": flow,
+        "tasks": [
+            {"name": first, "taskReferenceName": "one", "inputParameters": {"n": "${workflow.input.n}"}},
+            {"name": second, "taskReferenceName": "two", "inputParameters": {"m": "${one.output.m}"}},
+        ],
+    }
+    assert nodeflow("workflow", "put", "-", stdin=json.dumps(definition)).code == 0
+    execution = nodeflow("start", flow, "--input", '{"n": 1}').json
+    (leased,) = nodeflow("task", "poll", first, "--worker-id", "sh", "--count", "10", "--wait", "5").json
+    assert leased["inputData"] == {"n": 1} and leased["leaseToken"]
+    beat = nodeflow("task", "heartbeat", leased["taskId"], "--lease", leased["leaseToken"])
+    assert beat.code == 0 and beat.json["leaseExpiresAt"]
+    # Report, and lease the next task (of the same type: none; of the second's: by polling it).
+    done = nodeflow("task", "result", leased["taskId"], "--lease", leased["leaseToken"], "--output", '{"m": 2}')
+    assert done.code == 0 and done.json["status"] == "COMPLETED"
+    stale = nodeflow("task", "result", leased["taskId"], "--lease", leased["leaseToken"])
+    assert stale.code == cli.EXIT_REFUSED and stale.error["error"] == "CONFLICT"
+    (then,) = nodeflow("task", "poll", second, "--wait", "5").json
+    assert then["inputData"] == {"m": 2}
+    assert nodeflow("task", "result", then["taskId"], "--lease", then["leaseToken"]).code == 0
+    assert nodeflow("wait", execution["id"], "--timeout", "20").code == cli.EXIT_OK
