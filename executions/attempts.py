@@ -513,6 +513,13 @@ def complete_waiting(task_id: uuid.UUID, *, type_: str, now: dt.datetime, output
     return bool(updated)
 
 
+def fail_unstarted_child(task_id: uuid.UUID, *, reason: str, now: dt.datetime) -> bool:
+    """A SUB_WORKFLOW task whose child, named at run time, could not be
+    started (no such workflow): it fails terminally, still IN_PROGRESS."""
+    values = {"status": TaskStatus.FAILED_WITH_TERMINAL_ERROR, "reason_for_incompletion": reason, "ended_at": now}
+    return bool(sql.update(Task, values=values, where={"id": task_id, "status": TaskStatus.IN_PROGRESS}))
+
+
 def link_child(task_id: uuid.UUID, *, child_id: uuid.UUID) -> None:
     """A SUB_WORKFLOW task's child execution was started."""
     sql.update(Task, values={"child_execution_id": child_id}, where={"id": task_id})

@@ -185,6 +185,8 @@ def restart_execution(*, execution_id: uuid.UUID) -> Execution:
     with transactions.outermost():
         execution = _locked_in(execution_id, ENDED, "restart")
         workflow = snapshots.workflow_of(execution)
+        if workflow.get("restartable") is False:  # Conductor's field (docs/conductor.md)
+            raise Conflict("this workflow's definition says restartable: false")
         now = clock.now()
         variables = dict(workflow.get("variables") or {})
         execution.variables = variables  # what the new run's admission key resolves against

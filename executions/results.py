@@ -47,10 +47,20 @@ def _stale(task: Task, lease_token: str | None = None) -> Conflict:
     return Conflict("this lease is no longer valid (it expired and the task was re-delivered)", taskStatus=task.status)
 
 
+def completed_by_api(task: Task) -> bool:
+    """Whether ``task`` waits to be completed through the API, without a
+    lease: a HUMAN task, or a WAIT with neither duration nor until."""
+    if task.type == "HUMAN":
+        return True
+    return task.type == "WAIT" and not ({"duration", "until"} & set(task.input or {}))
+
+
 def _check(task: Task, result: Result, *, human: bool, now: dt.datetime) -> None:
     if human:
-        if task.type != "HUMAN":
-            raise InvalidField("leaseToken", "required: only HUMAN tasks take a result without a lease")
+        if not completed_by_api(task):
+            raise InvalidField(
+                "leaseToken", "required: only HUMAN tasks and WAIT tasks without a duration take a result without a lease"
+            )
         if task.status != TaskStatus.IN_PROGRESS:
             raise _stale(task)
         return
@@ -93,6 +103,15 @@ def report_result(*, namespace: Namespace, result: Result, human: bool = False) 
     """Apply one result (and the decision it causes)."""
     with transactions.outermost():
         return _report(namespace, result, human=human)
+
+
+def complete_by_api(*, namespace: Namespace, result: Result) -> Task:
+    """The engine's entry point for completing a waiting task from outside,
+    without a lease: a HUMAN task, or a WAIT with no duration (Conductor's
+    task update completes one this way). ``result.status`` COMPLETED, FAILED
+    or FAILED_WITH_TERMINAL_ERROR; 409 when the task no longer waits, 400
+    for any other task."""
+    return report_result(namespace=namespace, result=result, human=True)
 
 
 def report_and_lease(*, namespace: Namespace, result: Result, then: Next) -> tuple[Task, list[Task]]:

@@ -47,8 +47,8 @@ def _visit(
     pinned["name"], pinned["version"] = name, version
     workflows[key] = pinned
     for task, where in walk_tasks(pinned["tasks"]):
-        if task["type"] != "SUB_WORKFLOW":
-            continue
+        if task["type"] != "SUB_WORKFLOW" or "${" in str(task["subWorkflowParam"]["name"]):
+            continue  # a name given as an expression is resolved at run time, under the depth limit
         child_version, child_body = _child(task, where, depth=depth, chain=chain, resolve=resolve)
         task["subWorkflowParam"]["version"] = child_version
         child = task["subWorkflowParam"]["name"]

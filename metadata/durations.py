@@ -1,4 +1,6 @@
-"""Parsing of WAIT durations ("30s", "5m", "2h", "1d" or seconds) and instants."""
+"""Parsing of WAIT durations ("30s", "5m", "2h", "1d" or seconds, and
+Conductor's forms: "30 seconds", "5 mins", "1 hour", "2 days 3 hours") and
+instants."""
 
 from __future__ import annotations
 
@@ -9,6 +11,22 @@ from typing import Any
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+# Conductor's (DateTimeUtils): any of days, hours, minutes, seconds, in that order.
+_UNIT_WORDS = {
+    "d": ("d", "day", "days"),
+    "h": ("h", "hr", "hrs", "hour", "hours"),
+    "m": ("m", "min", "mins", "minute", "minutes"),
+    "s": ("s", "sec", "secs", "second", "seconds"),
+}
+_WORDED = re.compile(
+    r"^\s*"
+    + "".join(
+        rf"(?:(\d+(?:\.\d+)?)\s*(?:{'|'.join(sorted(words, key=len, reverse=True))})\b\s*)?"
+        for words in _UNIT_WORDS.values()
+    )
+    + r"$",
+    re.IGNORECASE,
+)
 
 
 def parse_duration(value: Any) -> float:
@@ -20,9 +38,14 @@ def parse_duration(value: Any) -> float:
             raise ValueError("must not be negative")
         return float(value)
     match = _DURATION.match(value) if isinstance(value, str) else None
-    if match is None:
-        raise ValueError('must be seconds or a string like "30s", "5m", "2h", "1d"')
-    return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
+    if match is not None:
+        return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
+    worded = _WORDED.match(value) if isinstance(value, str) and value.strip() else None
+    if worded is None or not any(worded.groups()):
+        raise ValueError('must be seconds or a string like "30s", "5m", "2h", "1d", "30 seconds", "1 hour 5 minutes"')
+    return sum(
+        float(amount) * _UNITS_S[unit] for amount, unit in zip(worded.groups(), _UNIT_WORDS, strict=True) if amount
+    )
 
 
 def parse_instant(value: Any) -> dt.datetime:

@@ -1,6 +1,7 @@
 """``${...}`` expressions in inputParameters and outputParameters.
 
-Grammar: ``${root.key.key[0].key}`` — a dotted path with array indexes. The
+Grammar: ``${root.key.key[0].key}`` — a dotted path with array indexes
+(``['key']`` is a key too, as JSONPath writes it). The
 roots are ``workflow`` (``workflow.input…``, ``workflow.variables…``,
 ``workflow.executionId`` and friends), a task reference name
 (``ref.output…``, ``ref.input…``, ``ref.status``), and inside a dynamic fork
@@ -22,7 +23,7 @@ _EXPR = re.compile(r"(?<!\$)\$\{([^{}]*)\}")
 # An escape or an expression, found in one pass so that a resolved value's own
 # "$${" is never un-escaped.
 _ESCAPE_OR_EXPR = re.compile(r"\$\$\{|(?<!\$)\$\{([^{}]*)\}")
-_TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]")
+_TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]|\[\s*'([^'\]]*)'\s*\]|\[\s*\"([^\"\]]*)\"\s*\]")
 
 WORKFLOW_FIELDS = frozenset(
     {
@@ -35,6 +36,9 @@ WORKFLOW_FIELDS = frozenset(
         "name",
         "version",
         "parentExecutionId",
+        # Conductor's names: the definition's name, and the creation time in epoch milliseconds.
+        "workflowType",
+        "createTime",
     }
 )
 TASK_FIELDS = frozenset({"input", "output", "status", "taskId", "reasonForIncompletion", "attempt"})
@@ -60,7 +64,12 @@ def parse_path(text: str) -> Path:
             raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
         if position > 0 and match.group(1) is not None and not match.group(0).startswith("."):
             raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
-        parts.append(match.group(1) if match.group(1) is not None else int(match.group(2)))
+        if match.group(1) is not None:
+            parts.append(match.group(1))
+        elif match.group(2) is not None:
+            parts.append(int(match.group(2)))
+        else:  # ['key'] or ["key"], as JSONPath writes a key
+            parts.append(match.group(3) if match.group(3) is not None else match.group(4))
         position = match.end()
     if not isinstance(parts[0], str):
         raise ExpressionError(f"'${{{text}}}' must start with a name")

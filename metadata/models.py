@@ -46,6 +46,9 @@ class TaskDefinition(models.Model):
     rate_limit_per_frequency = models.PositiveIntegerField(default=0)
     rate_limit_frequency_seconds = models.FloatField(default=0.0)
     semaphores = models.JSONField(default=list, blank=True)
+    # What a Conductor body gave beside the native fields (metadata.conductor):
+    # {"fields": informational fields, "aliases": Conductor names of native fields}.
+    conductor = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -102,6 +105,9 @@ class WorkflowVersion(models.Model):
     definition = models.ForeignKey(WorkflowDefinition, on_delete=models.CASCADE, related_name="versions")
     version = models.PositiveIntegerField()
     body = models.JSONField()
+    # The body as posted, when it was not native (a Conductor body,
+    # metadata.conductor): what a GET answers. Null: ``body`` is what was posted.
+    source = models.JSONField(null=True, blank=True)
     snapshot = models.ForeignKey(WorkflowSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     published_at = models.DateTimeField(null=True, blank=True)

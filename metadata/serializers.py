@@ -91,7 +91,7 @@ class WorkflowVersionSerializer(serializers.Serializer):
     def to_representation(self, instance: WorkflowVersion) -> dict:
         definition = instance.definition
         return {
-            **instance.body,
+            **(instance.source if instance.source is not None else instance.body),
             "name": definition.name,
             "version": instance.version,
             "published": definition.published_version == instance.version,

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 WORKER = frozenset({"SIMPLE"})
 OPERATORS = frozenset(
-    {"SWITCH", "FORK_JOIN", "JOIN", "FORK_JOIN_DYNAMIC", "DO_WHILE", "SUB_WORKFLOW", "TERMINATE", "SET_VARIABLE"}
+    {
+        "SWITCH",
+        "FORK_JOIN",
+        "JOIN",
+        "FORK_JOIN_DYNAMIC",
+        "DO_WHILE",
+        "SUB_WORKFLOW",
+        "TERMINATE",
+        "SET_VARIABLE",
+        # Conductor's (docs/conductor.md): a join of whichever branch ran, and
+        # a task whose name (its queue and definition) an input gives at run time.
+        "EXCLUSIVE_JOIN",
+        "DYNAMIC",
+    }
 )
-SYSTEM = frozenset({"HTTP", "HTTP_POLL", "WEBHOOK", "GRPC", "INLINE", "JSON_JQ_TRANSFORM"})
+SYSTEM = frozenset({"HTTP", "HTTP_POLL", "WEBHOOK", "GRPC", "INLINE", "JSON_JQ_TRANSFORM", "START_WORKFLOW"})
 WAITING = frozenset({"WAIT", "WAIT_FOR_WEBHOOK", "HUMAN", "PULL_WORKFLOW_MESSAGES"})
 ALL_TYPES = WORKER | OPERATORS | SYSTEM | WAITING
 
@@ -24,14 +37,17 @@ TYPE_FIELDS: dict[str, frozenset[str]] = {
     "SWITCH": frozenset({"evaluatorType", "expression", "decisionCases", "defaultCase"}),
     "FORK_JOIN": frozenset({"forkTasks", "maxConcurrency"}),
     "JOIN": frozenset({"joinOn"}),
-    "FORK_JOIN_DYNAMIC": frozenset({"forkTask", "maxConcurrency"}),
-    "DO_WHILE": frozenset({"loopCondition", "loopOver", "maxIterations"}),
+    "FORK_JOIN_DYNAMIC": frozenset(
+        {"forkTask", "maxConcurrency", "dynamicForkTasksParam", "dynamicForkTasksInputParamName"}
+    ),
+    "DO_WHILE": frozenset({"loopCondition", "loopOver", "maxIterations", "items"}),
     "SUB_WORKFLOW": frozenset({"subWorkflowParam"}),
+    "EXCLUSIVE_JOIN": frozenset({"joinOn", "defaultExclusiveJoinTask"}),
+    "DYNAMIC": frozenset({"dynamicTaskNameParam"}),
 }
 
 # inputParameters a type cannot run without (each may be an expression).
 REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
-    "FORK_JOIN_DYNAMIC": ("items",),
     "HTTP": ("http_request",),
     "HTTP_POLL": ("http_request", "terminationCondition"),
     "WEBHOOK": ("url",),
@@ -39,6 +55,7 @@ REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
     "INLINE": ("expression",),
     "JSON_JQ_TRANSFORM": ("queryExpression",),
     "WAIT_FOR_WEBHOOK": ("matches",),
+    "START_WORKFLOW": ("startWorkflow",),
 }
 
 SWITCH_EVALUATORS = ("value-param", "javascript")

@@ -37,6 +37,7 @@ WORKFLOW_FIELDS = frozenset(
         "maxConcurrentExecutions",
         "rateLimitConfig",
         "variables",
+        "restartable",
     }
 )
 # Fields a GET returns; accepted and dropped so a fetched body can be re-posted.
@@ -56,6 +57,11 @@ class DefinitionError(InvalidField):
 
 def _is_expression(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
+
+
+def _whole_expression(value: Any) -> bool:
+    """A string that is exactly one ``${…}`` expression."""
+    return isinstance(value, str) and value.startswith("${") and value.endswith("}") and value.count("${") == 1
 
 
 def _int_in(value: Any, low: int, high: int) -> bool:
@@ -211,36 +217,88 @@ class _Walker:
         out["joinOn"] = join_on
 
     def _type_fork_join_dynamic(self, task, out, where, ref, depth, in_template) -> None:
+        if "dynamicForkTasksParam" in task:
+            self._dynamic_tasks_fork(task, out, where, ref)
+            return
         template = task.get("forkTask")
         if not isinstance(template, dict):
             raise DefinitionError(f"{where}.forkTask", "required: the task to run for each item", ref)
+        if "items" not in out["inputParameters"]:
+            raise DefinitionError(f"{where}.inputParameters.items", "required for FORK_JOIN_DYNAMIC", ref)
         out["forkTask"] = self.task(template, f"{where}.forkTask", depth + 1, True)
         out["maxConcurrency"] = self._fork_concurrency(
             task.get("maxConcurrency", task_types.DEFAULT_DYNAMIC_FORK_CONCURRENCY), where, ref
         )
 
+    def _dynamic_tasks_fork(self, task, out, where, ref) -> None:
+        """Conductor's dynamic fork: the tasks themselves are chosen at run
+        time, named by the input ``dynamicForkTasksParam`` (a list of tasks,
+        each a name and reference name), their inputs by the input
+        ``dynamicForkTasksInputParamName`` (reference name → input)."""
+        if "forkTask" in task:
+            raise DefinitionError(f"{where}.forkTask", "give forkTask or dynamicForkTasksParam, not both", ref)
+        for key in ("dynamicForkTasksParam", "dynamicForkTasksInputParamName"):
+            if key not in task:
+                continue
+            name = task[key]
+            if not isinstance(name, str) or name not in out["inputParameters"]:
+                raise DefinitionError(f"{where}.{key}", f"names input {name!r}, which inputParameters lacks", ref)
+            out[key] = name
+        if "maxConcurrency" in task:
+            out["maxConcurrency"] = self._fork_concurrency(task["maxConcurrency"], where, ref)
+
     def _type_do_while(self, task, out, where, ref, depth, in_template) -> None:
         condition = task.get("loopCondition")
-        if not isinstance(condition, str) or not condition.strip():
+        over_items = "items" in task
+        if not (over_items and condition is None) and (not isinstance(condition, str) or not condition.strip()):
             raise DefinitionError(f"{where}.loopCondition", "required: a javascript condition over $", ref)
         if not _int_in(task.get("maxIterations"), 1, task_types.MAX_LOOP_ITERATIONS):
             raise DefinitionError(
                 f"{where}.maxIterations", f"required: an integer 1–{task_types.MAX_LOOP_ITERATIONS}", ref
             )
         out.update(
-            loopCondition=condition,
             maxIterations=task["maxIterations"],
             loopOver=self.tasks(task.get("loopOver"), f"{where}.loopOver", depth + 1, in_template, ref),
         )
+        if condition is not None:
+            out["loopCondition"] = condition
+        if over_items:
+            # One iteration per item (the loop's output carries loopItem and loopIndex).
+            items = task["items"]
+            if not isinstance(items, list) and not _is_expression(items):
+                raise DefinitionError(
+                    f"{where}.items", "must be a list or an expression such as ${workflow.input.items}", ref
+                )
+            out["items"] = items
+
+    def _type_exclusive_join(self, task, out, where, ref, depth, in_template) -> None:
+        for key in ("joinOn", "defaultExclusiveJoinTask"):
+            value = task.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise DefinitionError(f"{where}.{key}", "must be a list of task reference names", ref)
+            out[key] = value
+        if not out["joinOn"]:
+            raise DefinitionError(f"{where}.joinOn", "required: the tasks of which whichever ran is joined", ref)
+
+    def _type_dynamic(self, task, out, where, ref, depth, in_template) -> None:
+        param = task.get("dynamicTaskNameParam")
+        if not isinstance(param, str) or param not in out["inputParameters"]:
+            raise DefinitionError(
+                f"{where}.dynamicTaskNameParam", "required: the input whose value names the task to run", ref
+            )
+        out["dynamicTaskNameParam"] = param
 
     def _type_sub_workflow(self, task, out, where, ref, depth, in_template) -> None:
         param = task.get("subWorkflowParam")
-        if not isinstance(param, dict) or not isinstance(param.get("name"), str) or not is_name(param["name"]):
+        named = isinstance(param, dict) and isinstance(param.get("name"), str)
+        # A name given as an expression is resolved at run time (not baked).
+        if not named or not (is_name(param["name"]) or _whole_expression(param["name"])):
             raise DefinitionError(f"{where}.subWorkflowParam.name", "required: the child workflow's name", ref)
         unknown = set(param) - {"name", "version"}
         if unknown:
             raise DefinitionError(f"{where}.subWorkflowParam.{sorted(unknown)[0]}", "unknown field", ref)
-        if "version" in param and param["version"] is not None and not _int_in(param["version"], 1, 2**31 - 1):
+        version = param.get("version")
+        if version is not None and not _int_in(version, 1, 2**31 - 1) and not _whole_expression(version):
             raise DefinitionError(f"{where}.subWorkflowParam.version", "must be a positive integer", ref)
         out["subWorkflowParam"] = {"name": param["name"], "version": param.get("version")}
 
@@ -252,8 +310,10 @@ class _Walker:
 
     def _inputs_wait(self, inputs: dict, where: str, ref: str) -> None:
         has = [key for key in ("duration", "until") if key in inputs]
+        if not has:
+            return  # waits until completed through the API
         if len(has) != 1:
-            raise DefinitionError(f"{where}.duration", "WAIT needs exactly one of duration or until", ref)
+            raise DefinitionError(f"{where}.duration", "WAIT takes one of duration or until, not both", ref)
         value = inputs[has[0]]
         if _is_expression(value):
             return
@@ -294,6 +354,13 @@ class _Walker:
         if not isinstance(inputs["expression"], str) or not inputs["expression"].strip():
             raise DefinitionError(f"{where}.expression", "required: a javascript expression", ref)
 
+    def _inputs_start_workflow(self, inputs: dict, where: str, ref: str) -> None:
+        request = inputs["startWorkflow"]
+        if _is_expression(request):
+            return
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str) or not request["name"]:
+            raise DefinitionError(f"{where}.startWorkflow.name", "required: the workflow to start", ref)
+
     def _inputs_json_jq_transform(self, inputs: dict, where: str, ref: str) -> None:
         query = inputs["queryExpression"]
         if not isinstance(query, str) or not query.strip():
@@ -314,9 +381,14 @@ class _Walker:
             ref = task["taskReferenceName"]
             in_template = ref in self.template_refs
             self.check_expressions(task["inputParameters"], f"{where}.inputParameters", ref, in_template)
-            for target in task.get("joinOn", []):
-                if target not in self.refs:
-                    raise DefinitionError(f"{where}.joinOn", f"'{target}' is not a task reference name here", ref)
+            for key in ("joinOn", "defaultExclusiveJoinTask"):
+                for target in task.get(key, []):
+                    if target not in self.refs:
+                        raise DefinitionError(f"{where}.{key}", f"'{target}' is not a task reference name here", ref)
+            if task["type"] == "SUB_WORKFLOW":
+                self.check_expressions(task["subWorkflowParam"], f"{where}.subWorkflowParam", ref, in_template)
+            if "items" in task and task["type"] == "DO_WHILE":
+                self.check_expressions(task["items"], f"{where}.items", ref, in_template)
 
     def check_expressions(self, value: Any, where: str, ref: str | None, in_template: bool) -> None:
         for location, text in iter_strings(value):
@@ -348,16 +420,18 @@ def normalize_workflow(body: Any) -> dict:
     walker.check_refs(out["tasks"])
     out.update(_workflow_settings(body))
     walker.check_expressions(out["outputParameters"], "outputParameters", None, False)
+    if out["failureWorkflow"]:
+        _check_admission_key(out["failureWorkflow"], "failureWorkflow")
     if out["rateLimitConfig"]:
         _check_admission_key(out["rateLimitConfig"]["rateLimitKey"])
     _check_json(out, "")
     return out
 
 
-def _check_admission_key(key: str) -> None:
+def _check_admission_key(key: str, field: str = "rateLimitConfig.rateLimitKey") -> None:
     """The admission key is resolved before any task has run, so it may only
-    read the workflow itself (its input, variables, correlation id…)."""
-    field = "rateLimitConfig.rateLimitKey"
+    read the workflow itself (its input, variables, correlation id…); so is a
+    failureWorkflow given as an expression, once the run has ended."""
     try:
         for path in paths_in(key):
             if path[0] != "workflow":
@@ -406,8 +480,11 @@ def _workflow_settings(body: dict) -> dict:
     if not isinstance(variables, dict):
         raise DefinitionError("variables", "must be a JSON object")
     failure = body.get("failureWorkflow")
-    if failure is not None and (not isinstance(failure, str) or not is_name(failure)):
-        raise DefinitionError("failureWorkflow", "must be a workflow name")
+    if failure is not None and (not isinstance(failure, str) or not (is_name(failure) or _whole_expression(failure))):
+        raise DefinitionError("failureWorkflow", "must be a workflow name (or an expression giving one)")
+    restartable = body.get("restartable", True)
+    if not isinstance(restartable, bool):
+        raise DefinitionError("restartable", "must be true or false")
     timeout = body.get("timeoutSeconds", 0)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= MAX_DURATION_S:
         raise DefinitionError("timeoutSeconds", f"must be a number of seconds 0–{int(MAX_DURATION_S)}")
@@ -427,6 +504,7 @@ def _workflow_settings(body: dict) -> dict:
         "timeoutPolicy": policy,
         **limits,
         "rateLimitConfig": _rate_limit_config(body.get("rateLimitConfig")),
+        **({} if restartable else {"restartable": False}),
     }
 
 

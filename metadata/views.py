@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.db.models import F
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from metadata import schema_shapes, taskdefs, workflows
+from metadata import conductor, schema_shapes, taskdefs, workflows
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.serializers import TaskDefinitionSerializer, WorkflowVersionSerializer
 from nodeflow.auth import Scope
@@ -16,8 +17,26 @@ from nodeflow.fields import StrictIntegerField, StrictSerializer
 from nodeflow.views import NamespacedView
 
 
+def _taskdef_body(row: TaskDefinition) -> dict:
+    """Every native field, and the Conductor fields the definition was given."""
+    return conductor.taskdef_view(TaskDefinitionSerializer(row).data, row.conductor or {})
+
+
+def _validated_taskdef(data, *, instance: TaskDefinition | None = None) -> tuple[dict, dict]:
+    """(validated column values, the Conductor fields to keep). A refusal
+    names the field as the body named it (``responseTimeoutSeconds``, not
+    the native name it maps onto)."""
+    native, extras = conductor.translate_taskdef(data)
+    serializer = TaskDefinitionSerializer(instance, data=native, partial=instance is not None)
+    if not serializer.is_valid():
+        given = {conductor.TASKDEF_ALIASES[alias]: alias for alias in extras.get("aliases", [])}
+        errors = serializer.errors
+        raise serializers.ValidationError({given.get(key, key): value for key, value in errors.items()})
+    return dict(serializer.validated_data), extras
+
+
 class TaskDefinitionListView(NamespacedView):
-    scopes = {"GET": Scope.TASKDEFS_READ, "POST": Scope.TASKDEFS_WRITE}
+    scopes = {"GET": Scope.TASKDEFS_READ, "POST": Scope.TASKDEFS_WRITE, "PUT": Scope.TASKDEFS_WRITE}
     serializer_class = TaskDefinitionSerializer
 
     @extend_schema(
@@ -27,7 +46,7 @@ class TaskDefinitionListView(NamespacedView):
     )
     def get(self, request, ns):
         rows = TaskDefinition.objects.filter(namespace=self.namespace).order_by("name")
-        return Response(TaskDefinitionSerializer(rows, many=True).data)
+        return Response([_taskdef_body(row) for row in rows])
 
     @extend_schema(
         summary="Create or replace a task definition",
@@ -36,12 +55,18 @@ class TaskDefinitionListView(NamespacedView):
         responses={200: TaskDefinitionSerializer, 201: TaskDefinitionSerializer},
     )
     def post(self, request, ns):
-        serializer = TaskDefinitionSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        row, created = taskdefs.upsert_task_definition(namespace=self.namespace, values=serializer.validated_data)
-        return Response(
-            TaskDefinitionSerializer(row).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        )
+        values, extras = _validated_taskdef(request.data)
+        row, created = taskdefs.upsert_task_definition(namespace=self.namespace, values={**values, "conductor": extras})
+        return Response(_taskdef_body(row), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(
+        operation_id="replace_task_definition",
+        summary="Create or replace a task definition (as POST; Conductor updates a definition with PUT)",
+        request=TaskDefinitionSerializer,
+        responses={200: TaskDefinitionSerializer, 201: TaskDefinitionSerializer},
+    )
+    def put(self, request, ns):
+        return self.post(request, ns)
 
 
 class TaskDefinitionDetailView(NamespacedView):
@@ -53,7 +78,7 @@ class TaskDefinitionDetailView(NamespacedView):
     )
     def get(self, request, ns, name):
         row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
-        return Response(TaskDefinitionSerializer(row).data)
+        return Response(_taskdef_body(row))
 
     @extend_schema(
         summary="Change some fields of a task definition",
@@ -62,12 +87,18 @@ class TaskDefinitionDetailView(NamespacedView):
     )
     def patch(self, request, ns, name):
         row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
-        serializer = TaskDefinitionSerializer(row, data=request.data, partial=True)
-        serializer.is_valid(raise_exception=True)
-        if serializer.validated_data.get("name", name) != name:
+        values, extras = _validated_taskdef(request.data, instance=row)
+        if values.get("name", name) != name:
             raise InvalidField("name", "cannot be changed; create a new definition instead")
-        row = taskdefs.patch_task_definition(namespace=self.namespace, name=name, values=serializer.validated_data)
-        return Response(TaskDefinitionSerializer(row).data)
+        if extras:
+            kept = row.conductor or {}
+            aliases = sorted({*kept.get("aliases", []), *extras.get("aliases", [])})
+            values["conductor"] = {
+                "fields": {**kept.get("fields", {}), **extras.get("fields", {})},
+                **({"aliases": aliases} if aliases else {}),
+            }
+        row = taskdefs.patch_task_definition(namespace=self.namespace, name=name, values=values)
+        return Response(_taskdef_body(row))
 
     @extend_schema(summary="Delete a task definition", responses={204: None})
     def delete(self, request, ns, name):
@@ -99,8 +130,16 @@ class VersionChoiceSerializer(StrictSerializer):
     version = StrictIntegerField(min_value=1, required=False)
 
 
+def _registered_body(row: WorkflowVersion) -> dict:
+    """A registration's answer: the version, and what its translation warns
+    of (e.g. a DO_WHILE given the ceiling of iterations)."""
+    body = _version_body(row)
+    warnings = getattr(row, "warnings", None)
+    return {**body, "warnings": warnings} if warnings else body
+
+
 class WorkflowDefinitionListView(NamespacedView):
-    scopes = {"GET": Scope.WORKFLOWS_READ, "POST": Scope.WORKFLOWS_WRITE}
+    scopes = {"GET": Scope.WORKFLOWS_READ, "POST": Scope.WORKFLOWS_WRITE, "PUT": Scope.WORKFLOWS_WRITE}
 
     @extend_schema(
         operation_id="list_workflow_definitions",
@@ -124,7 +163,22 @@ class WorkflowDefinitionListView(NamespacedView):
     )
     def post(self, request, ns):
         row = workflows.register_workflow(namespace=self.namespace, body=request.data)
-        return Response(_version_body(row), status=status.HTTP_201_CREATED)
+        return Response(_registered_body(row), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="register_workflow_definitions",
+        summary="Register a new version of each workflow definition given (one, or a list as Conductor's PUT sends)",
+        request={"application/json": WORKFLOW_BODY},
+        responses={200: WORKFLOW_BODY},
+    )
+    def put(self, request, ns):
+        bodies = request.data if isinstance(request.data, list) else [request.data]
+        if not bodies:
+            raise InvalidField("body", "must be a workflow definition or a non-empty list of them")
+        with transaction.atomic():  # all or none
+            rows = [workflows.register_workflow(namespace=self.namespace, body=body) for body in bodies]
+        answers = [_registered_body(row) for row in rows]
+        return Response(answers if isinstance(request.data, list) else answers[0])
 
 
 class WorkflowDefinitionDetailView(NamespacedView):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from metadata import conductor
 from metadata.baking import bake
 from metadata.models import WorkflowDefinition, WorkflowSnapshot, WorkflowVersion
 from metadata.validation import normalize_workflow
@@ -70,21 +71,28 @@ def _lock_or_create(namespace: Namespace, name: str) -> WorkflowDefinition:
 
 @transaction.atomic
 def register_workflow(*, namespace: Namespace, body: object) -> WorkflowVersion:
-    """Validate and store a new version (published if it is the first)."""
-    normalized = normalize_workflow(body)
+    """Validate and store a new version (published if it is the first). A
+    body as Conductor writes it is translated first (``metadata.conductor``)
+    and kept as posted; what the translation warns of is on the returned
+    version's ``warnings``."""
+    translated = conductor.translate_workflow(body)
+    normalized = normalize_workflow(translated.body)
     # A new name counts against the namespace's maxWorkflowDefinitions.
     check_new_workflow_definition(namespace=namespace, name=normalized["name"])
     definition = _lock_or_create(namespace, normalized["name"])
     number = definition.latest_version + 1
     # Baking now checks children, cycles and depth for drafts too.
     snapshot_body = bake(name=definition.name, version=number, body=normalized, resolve=resolver(namespace))
-    version = WorkflowVersion.objects.create(definition=definition, version=number, body=normalized)
+    version = WorkflowVersion.objects.create(
+        definition=definition, version=number, body=normalized, source=translated.source
+    )
     fields = {"latest_version": number, "updated_at": clock.now()}
     if definition.published_version is None:
         _store_snapshot(version, snapshot_body)
         fields["published_version"] = number
     WorkflowDefinition.objects.filter(pk=definition.pk).update(**fields)
     definition.refresh_from_db()
+    version.warnings = translated.warnings  # type: ignore[attr-defined]  # the registration's answer only, not stored
     return version
 
 

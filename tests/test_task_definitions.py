@@ -276,7 +276,7 @@ def test_it_limits_the_number_of_semaphores(api):
     assert_invalid(api.post(LIST, {"name": "t", "semaphores": [f"s{i}" for i in range(17)]}), "semaphores")
 
 
-@pytest.mark.parametrize("field", ["retryCont", "type", "ownerEmail", "retry_count", "version"])
+@pytest.mark.parametrize("field", ["retryCont", "type", "ownerMail", "retry_count", "version"])
 def test_it_rejects_an_unknown_field(api, field):
     body = assert_invalid(api.post(LIST, {"name": "t", field: 1}), field)
     assert "unknown field" in body["message"]

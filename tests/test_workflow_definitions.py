@@ -662,7 +662,6 @@ STATIC_LIMITS = [
     ("duplicate ref", [simple("a"), simple("a")], "tasks[1].taskReferenceName", "a"),
     ("duplicate ref in fork", [simple("x"), _fork(2)], "tasks[1].forkTasks[0][0].taskReferenceName", "x"),
     ("unknown type", [simple("a", type="TELEPORT")], "tasks[0].type", "a"),
-    ("loop without maxIterations", [_loop()], "tasks[0].maxIterations", "loop"),
     ("loop 0", [_loop(0)], "tasks[0].maxIterations", "loop"),
     ("loop 1001", [_loop(1001)], "tasks[0].maxIterations", "loop"),
     ("loop string", [_loop("10")], "tasks[0].maxIterations", "loop"),

@@ -504,7 +504,6 @@ TYPE_REJECTED = [
         "subWorkflowParam.version",
     ),
     # WAIT
-    ("wait neither", typed("WAIT"), "inputParameters.duration"),
     ("wait both", _inputs("WAIT", duration="5s", until="2026-12-01T09:00:00Z"), "inputParameters.duration"),
     ("wait bad unit", _inputs("WAIT", duration="5x"), "inputParameters.duration"),
     ("wait two units", _inputs("WAIT", duration="1h30m"), "inputParameters.duration"),

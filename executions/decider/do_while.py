@@ -1,8 +1,11 @@
 """DO_WHILE: runs ``loopOver`` (iteration 2's rows are ``loop[2].…``), then
-its ``loopCondition`` (JavaScript over the loop's inputs, ``iteration`` and
-each body task's output and status), and again while it is true; still true
-after ``maxIterations`` fails the loop (an optional loop completes with
-errors instead, and the workflow goes on).
+its ``loopCondition`` (JavaScript over the loop's inputs, ``iteration``, the
+loop itself as ``$.<loopRef>`` with its ``iteration``, and each body task's
+output fields, ``output`` and ``status``), and again while it is true; still
+true after ``maxIterations`` fails the loop (an optional loop completes with
+errors instead, and the workflow goes on). Over ``items`` (Conductor's), it
+runs one iteration per item, with ``loopItem`` and ``loopIndex`` in its
+output, and the condition, if any, may end it sooner.
 
 Iterations that end within the walk (a body of operators only) are decided
 in bounded steps: ``Walk.another_iteration`` stops the loop, still running,
@@ -23,8 +26,26 @@ if TYPE_CHECKING:
 
 
 def start(walk: Walk, task: dict, path: str, scope: Scope, inputs: dict, previous: Outcome) -> Outcome:
-    row = walk.operator_row(task, path, inputs, "IN_PROGRESS", output={"iteration": 1})
+    if "items" not in task:
+        row = walk.operator_row(task, path, inputs, "IN_PROGRESS", output={"iteration": 1})
+        return progress(walk, task, row, scope)
+    # Over items (Conductor's): one iteration per item, the loop's input
+    # ``items`` holds them, its output the current ``loopItem`` and ``loopIndex``.
+    items = walk.resolve(task["items"], scope)
+    if not isinstance(items, list):
+        reason = f"DO_WHILE: items must be a list, not {type(items).__name__}"
+        row = walk.operator_row(task, path, inputs, "FAILED_WITH_TERMINAL_ERROR", reason=reason)
+        return walk.failed(task, row, scope, previous)
+    if not items:
+        walk.operator_row(task, path, {**inputs, "items": items}, "COMPLETED", output={"iteration": 0})
+        return Outcome(DONE, output={"iteration": 0})
+    row = walk.operator_row(task, path, {**inputs, "items": items}, "IN_PROGRESS", output=_at(items, 1))
     return progress(walk, task, row, scope)
+
+
+def _at(items: list, iteration: int) -> dict:
+    """A loop over items: its output during ``iteration`` (1-based)."""
+    return {"iteration": iteration, "loopItem": items[iteration - 1], "loopIndex": iteration - 1}
 
 
 def progress(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
@@ -42,7 +63,9 @@ def progress(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
         verdict = loop_again(walk, task, row, inner, iteration)
         if verdict is not None:
             return verdict
-        walk.change(row, output={**row.output, "iteration": iteration + 1})
+        items = row.input.get("items") if "items" in task else None
+        following = _at(items, iteration + 1) if items and iteration < len(items) else {"iteration": iteration + 1}
+        walk.change(row, output={**row.output, **following})
         if not walk.another_iteration():
             walk.decision.again = True
             return RUNNING_OUTCOME
@@ -52,12 +75,22 @@ def loop_again(walk: Walk, task: dict, row: Row, inner: Scope, iteration: int) -
     """None to run another iteration, else how the loop ended."""
     value = dict(walk.resolve(task["inputParameters"], inner))
     value["iteration"] = iteration
+    # The loop itself, as Conductor's conditions read it: $.<loopRef>.iteration.
+    value.setdefault(task["taskReferenceName"], {**row.output, "iteration": iteration})
     for child, _ in walk_tasks(task["loopOver"]):
         found = walk.latest(inner.prefix + child["taskReferenceName"])
         if found is not None:
-            value[child["taskReferenceName"]] = {"output": found.output, "status": found.status}
+            # $.<ref>.output.x, and Conductor's $.<ref>.x (its output's fields)
+            output = found.output if isinstance(found.output, dict) else {}
+            value[child["taskReferenceName"]] = {**output, "output": found.output, "status": found.status}
+    items = row.input.get("items") if "items" in task else None
     try:
-        again = javascript.truthy(walk.evaluate(task["loopCondition"], value))
+        if items is not None and iteration >= len(items):
+            again = False  # every item has had its iteration
+        elif "loopCondition" not in task:
+            again = True  # over items, with no condition of its own
+        else:
+            again = javascript.truthy(walk.evaluate(task["loopCondition"], value))
     except javascript.ScriptError as exc:
         walk.finish(row, "FAILED_WITH_TERMINAL_ERROR", reason=f"DO_WHILE loopCondition: {exc}")
         return walk.absorbed(row, timed_out=False) or Outcome(

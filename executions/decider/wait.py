@@ -1,5 +1,7 @@
-"""WAIT: waits for a duration (``duration``: "30s", "2m") or until an
-instant (``until``), on a durable WAIT timer; a bad value fails it."""
+"""WAIT: waits for a duration (``duration``: "30s", "2m", "30 seconds") or
+until an instant (``until``), on a durable WAIT timer; a bad value fails it.
+With neither it waits, as a HUMAN task does, to be completed through the API
+(``results.complete_by_api``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 
 
 def begin(walk: Walk, task: dict, row: Row, scope: Scope) -> Outcome:
+    if "until" not in row.input and "duration" not in row.input:
+        return RUNNING_OUTCOME  # no time given: waits to be completed through the API
     try:
         if "until" in row.input:
             due = durations.parse_instant(row.input["until"])

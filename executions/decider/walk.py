@@ -144,6 +144,9 @@ class Walk:
             "name": snap.name,
             "version": snap.version,
             "parentExecutionId": str(snap.parent_execution_id) if snap.parent_execution_id else None,
+            # Conductor's names: the definition's name; the creation time (epoch ms, a UUIDv7 id's first 48 bits).
+            "workflowType": snap.name,
+            "createTime": int.from_bytes(snap.execution_id.bytes[:6], "big"),
         }
 
     def resolve(self, value: Any, scope: Scope) -> Any:
@@ -291,6 +294,9 @@ class Walk:
         return last
 
     def task(self, task: dict, scope: Scope, previous: Outcome) -> Outcome:
+        concrete = operators.handler_of(task["type"]).concrete
+        if concrete is not None:
+            task = concrete(self, task, scope)  # resolved at run time: a DYNAMIC task's SIMPLE task
         path = scope.prefix + task["taskReferenceName"]
         row = self.latest(path)
         if row is None:

@@ -8,7 +8,7 @@ import threading
 
 from executions.system_tasks.base import SystemTask
 
-MODULES = ("http", "http_poll", "webhook", "grpc", "inline", "jq")
+MODULES = ("http", "http_poll", "webhook", "grpc", "inline", "jq", "start_workflow")
 
 _types: dict[str, SystemTask] = {}
 _lock = threading.Lock()
