@@ -35,6 +35,7 @@ from executions.models import ACTIVE_EXECUTION, DecideRequest, Execution, Execut
 from executions.retry import BUDGET_WINDOW_S
 from executions.snapshots import snapshot_body, workflow_of
 from metadata import taskdefs
+from metadata.expressions import resolve
 from metadata.tree import walk_tasks
 from nodeflow import claims, clock, metrics
 from nodeflow.errors import Conflict, NotFound
@@ -450,18 +451,27 @@ def start(
         return execution, True
 
 
-def start_child(*, parent: Execution, request: StartChild) -> Execution:
+def start_child(*, parent: Execution, request: StartChild) -> Execution | None:
     """Start the child of a SUB_WORKFLOW task (inside the parent's decision).
-    It shares the parent's snapshot and inherits its deadline."""
-    name, _, version = request.workflow_key.rpartition("@")
-    workflow = snapshot_body(parent.snapshot_id)["workflows"][request.workflow_key]
+    It shares the parent's snapshot and inherits its deadline. None when a
+    name resolved at run time names no workflow: the task fails instead."""
+    snapshot_id, key = parent.snapshot_id, request.workflow_key
+    if key not in snapshot_body(snapshot_id)["workflows"]:
+        # A name given as an expression (metadata.conductor): not baked, so
+        # the named workflow's published (or given) version, resolved now.
+        found = _run_time_child(parent, request)
+        if found is None:
+            return None
+        snapshot_id, key = found
+    name, _, version = key.rpartition("@")
+    workflow = snapshot_body(snapshot_id)["workflows"][key]
     now = clock.now()
     child = Execution(
         namespace_id=parent.namespace_id,
         name=name,
         version=int(version),
-        snapshot_id=parent.snapshot_id,
-        workflow_key=request.workflow_key,
+        snapshot_id=snapshot_id,
+        workflow_key=key,
         input=request.input,
         variables=dict(workflow.get("variables") or {}),
         correlation_id=parent.correlation_id,
@@ -477,6 +487,22 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution:
     decide_new(child)
     attempts.link_child(request.task_id, child_id=child.id)
     return child
+
+
+def _run_time_child(parent: Execution, request: StartChild) -> tuple[int, str] | None:
+    """(snapshot id, root key) of a child named at run time; None, and its
+    SUB_WORKFLOW task failed terminally, when there is no such workflow."""
+    name, _, version = request.workflow_key.rpartition("@")
+    namespace = Namespace.objects.get(pk=parent.namespace_id)
+    try:
+        snapshot = snapshots.snapshot_for(
+            namespace=namespace, name=name, version=int(version) if version.isdigit() else None
+        )
+    except NotFound as exc:
+        attempts.fail_unstarted_child(request.task_id, reason=f"SUB_WORKFLOW: {exc.message}", now=clock.now())
+        request_decision(parent.id)
+        return None
+    return snapshot.id, snapshot.body["root"]
 
 
 def after_end(execution: Execution, ending: Ending) -> None:
@@ -500,6 +526,8 @@ def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
     (``hold``), so the failed run's end commits and the start still
     happens, once the control allows it."""
     name = snapshots.workflow_of(execution).get("failureWorkflow")
+    if name and "${" in name:  # given as an expression (Conductor's): resolved against the run
+        name = str(resolve(name, {"workflow": _failed_run_context(execution)}) or "")
     if not name:
         return
     namespace = Namespace.objects.get(pk=execution.namespace_id)
@@ -524,6 +552,19 @@ def _start_failure_workflow(execution: Execution, ending: Ending) -> None:
             )
     except NotFound:
         log.warning("failureWorkflow %s of execution %s does not exist", name, execution.id)
+
+
+def _failed_run_context(execution: Execution) -> dict:
+    return {
+        "input": execution.input,
+        "variables": execution.variables,
+        "workflowId": str(execution.id),
+        "executionId": str(execution.id),
+        "correlationId": execution.correlation_id,
+        "name": execution.name,
+        "workflowType": execution.name,
+        "version": execution.version,
+    }
 
 
 def end(execution: Execution, *, status: str, reason: str) -> None:
