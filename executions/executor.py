@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from executions import attempts, notify, runs, snapshots, sql
 from executions.decider import decide
@@ -305,8 +305,17 @@ def decide_new(execution: Execution) -> Decision:
     for name, value in _execution_fields(execution, decision, now).items():
         setattr(execution, name, value)
     runs.insert(execution)
-    apply(execution, decision, now, execution_fields=False)
+    inserted = apply(execution, decision, now, execution_fields=False)
+    if not decision.children:  # a child's start links its parent's row after the insert
+        execution._started_rows = inserted  # see started_rows
     return decision
+
+
+def started_rows(execution: Execution) -> list[Task] | None:
+    """The rows of a run this process just started, as inserted (the whole
+    run: a new execution has no others), so a start can answer without
+    reading them back; None for an execution read from the database."""
+    return getattr(execution, "_started_rows", None)
 
 
 def _new_snapshot(execution: Execution, now: dt.datetime) -> Snapshot:
@@ -411,7 +420,7 @@ def start(
     workflow), which is never refused: where a control would refuse it, it
     is inserted awaiting admission, held in line. Returns (execution,
     created); the same idempotency key gives the same one."""
-    with transaction.atomic():
+    with transaction.atomic(savepoint=_needs_savepoint(idempotency_key)):
         if idempotency_key:
             existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
             if existing is not None:
@@ -449,6 +458,14 @@ def start(
         if admitted is not None:
             admission.take_ticket(execution=execution, admitted=admitted)
         return execution, True
+
+
+def _needs_savepoint(idempotency_key: str | None) -> bool:
+    """A start straight inside a service's own transaction (a start route)
+    needs no savepoint of its own: a refusal rolls the whole transaction
+    back. A keyed start, or one nested in a caller's savepoint (which may
+    catch a refusal and go on), keeps one."""
+    return bool(idempotency_key) or bool(connection.savepoint_ids) or not connection.in_atomic_block
 
 
 def start_child(*, parent: Execution, request: StartChild) -> Execution | None:
@@ -636,8 +653,10 @@ def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
         notify.task_ready(namespace_id, queue, kind)
 
 
-def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> None:
-    attempts.insert(_task_of(execution, row) for row in decision.created)
+def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> list[Task]:
+    """Apply one decision; the rows it inserted."""
+    inserted = [_task_of(execution, row) for row in decision.created]
+    attempts.insert(inserted)
     attempts.apply_decided(decision.updated, now)
     _settle(execution, decision)
     runs.arm(execution.id, decision.timers)
@@ -646,6 +665,7 @@ def apply(execution: Execution, decision: Decision, now: dt.datetime, *, executi
         runs.update(execution, fields, now=now)
     _follow_up(execution, decision)
     _notify_ready([(execution, decision)])
+    return inserted
 
 
 def _settle(execution: Execution, decision: Decision) -> None:

@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from executions import executor, lifecycle, schema_shapes, waiting
+from executions import executor, lifecycle, request_bodies, schema_shapes, start_bodies, waiting
 from executions.models import Execution
 from executions.pagination import paginate
 from executions.serializers import (
@@ -28,7 +28,10 @@ EXECUTION_PAGE = schema_shapes.ExecutionPageSerializer
 
 
 def full_view(execution: Execution) -> dict:
-    return execution_view(execution, tasks=executor.read_run(execution, settled=True))
+    """The execution with every row of its current run; a start that just
+    made them answers with the rows it inserted, without reading them back."""
+    tasks = executor.started_rows(execution)
+    return execution_view(execution, tasks=executor.read_run(execution, settled=True) if tasks is None else tasks)
 
 
 class ExecutionListView(NamespacedView):
@@ -58,9 +61,8 @@ class ExecutionListView(NamespacedView):
         responses={200: EXECUTION, 201: EXECUTION},
     )
     def post(self, request, ns):
-        body = StartExecutionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        plain = request_bodies.plain_if_json(request, start_bodies.plain_start)
+        data = request_bodies.validated(StartExecutionSerializer, request.data, plain=plain)
         # One commit for the start and the view of it: reads after the commit
         # would each be a transaction of their own. The view is cheap (blockedBy
         # reads cached controls and a remembered recent poll), so the commit

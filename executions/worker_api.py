@@ -3,17 +3,16 @@ inbound webhook that completes WAIT_FOR_WEBHOOK tasks."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, serializers
+from rest_framework import exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from executions import dispatch, result_bodies, results, schema_shapes, waiting
+from executions import dispatch, request_bodies, result_bodies, results, schema_shapes, waiting
 from executions.serializers import (
     BatchResultsSerializer,
     HeartbeatSerializer,
@@ -31,43 +30,6 @@ from nodeflow.views import NamespacedView
 LEASED_TASK = schema_shapes.LeasedTaskSerializer(many=True)
 TASK = schema_shapes.TaskResultAnswerSerializer
 BATCH_ANSWER = schema_shapes.BatchResultAnswersSerializer
-
-
-class _Bound(threading.local):
-    serializers: dict[type, serializers.Serializer]
-
-    def __init__(self) -> None:
-        self.serializers = {}
-
-
-_bound = _Bound()
-
-
-def _validated(serializer_class: type[serializers.Serializer], data, *, plain=None) -> dict:
-    """``serializer_class(data=data)``'s validated data. DRF deep-copies a
-    serializer's fields for every instance, about a tenth of a worker
-    request's CPU, so each thread keeps one bound instance to validate
-    with; a body it refuses is validated again the ordinary way, so the
-    400 is exactly the usual one. ``plain`` (result_bodies) accepts the
-    plainly valid bodies of a JSON request without DRF at all."""
-    if plain is not None and isinstance(data, dict):
-        validated = plain(data)
-        if validated is not None:
-            return validated
-    serializer = _bound.serializers.get(serializer_class)
-    if serializer is None:
-        serializer = _bound.serializers[serializer_class] = serializer_class()
-    try:
-        return serializer.run_validation(data)
-    except serializers.ValidationError:
-        fresh = serializer_class(data=data)
-        fresh.is_valid(raise_exception=True)
-        return fresh.validated_data
-
-
-def _plain_if_json(request, plain):
-    # Only JSON bodies hold nothing but JSON types (YAML may hold dates).
-    return plain if request.content_type.split(";")[0].strip() == "application/json" else None
 
 
 class JSONOnlyNegotiation(DefaultContentNegotiation):
@@ -113,7 +75,7 @@ class PollView(WorkerView):
     def post(self, request, ns, task_type):
         if not is_name(task_type):
             raise InvalidField("taskType", "not a task type name")
-        data = _validated(PollSerializer, request.data)
+        data = request_bodies.validated(PollSerializer, request.data)
         leased = dispatch.poll(
             namespace=self.namespace,
             queue=task_type,
@@ -171,7 +133,9 @@ class ResultView(WorkerView):
 
     @extend_schema(summary="Report a task's result (409 for a stale lease)", request=ResultSerializer, responses=TASK)
     def post(self, request, ns, task_id):
-        data = _validated(ResultSerializer, request.data, plain=_plain_if_json(request, result_bodies.plain_result))
+        data = request_bodies.validated(
+            ResultSerializer, request.data, plain=request_bodies.plain_if_json(request, result_bodies.plain_result)
+        )
         human = not data.get("leaseToken")
         if human and not request.user.has_scope(Scope.HUMAN_TASKS):
             raise InvalidField("leaseToken", "required")
@@ -196,8 +160,10 @@ class BatchResultsView(WorkerView):
         responses=BATCH_ANSWER,
     )
     def post(self, request, ns):
-        body = _validated(
-            BatchResultsSerializer, request.data, plain=_plain_if_json(request, result_bodies.plain_results)
+        body = request_bodies.validated(
+            BatchResultsSerializer,
+            request.data,
+            plain=request_bodies.plain_if_json(request, result_bodies.plain_results),
         )
         items = [_result(item["taskId"], item) for item in body["results"]]
         for item in items:

@@ -54,11 +54,17 @@ def set_quotas(*, namespace: Namespace, values: dict[str, int | None]) -> dict[s
 
 
 def _locked(namespace_id: int) -> NamespaceQuota | None:
-    """The namespace's quotas, row-locked (every start reads them: one fixed
-    statement, not an ORM query compiled anew)."""
+    """The namespace's quotas, row-locked."""
+    return _read(namespace_id, lock=True)
+
+
+def _read(namespace_id: int, *, lock: bool) -> NamespaceQuota | None:
+    """The namespace's quotas (every start reads them: one fixed statement,
+    not an ORM query compiled anew), row-locked with ``lock``."""
     found = sql.rows(
         NamespaceQuota,
-        f"SELECT {sql.columns(NamespaceQuota)} FROM {sql.table(NamespaceQuota)} WHERE namespace_id = %s{sql.for_update()}",
+        f"SELECT {sql.columns(NamespaceQuota)} FROM {sql.table(NamespaceQuota)} WHERE namespace_id = %s"
+        + (sql.for_update() if lock else ""),
         [namespace_id],
     )
     quota = found[0] if found else None
@@ -137,9 +143,15 @@ def start_refusal(
     Neither raised nor counted, and nothing spent: a start that passes every
     control then calls ``count_start``. Locks the quota row (``lock=False``:
     a diagnostic's committed view); ``held``: as in ``active_roots``."""
-    quota = _locked(namespace_id) if lock else NamespaceQuota.objects.filter(namespace_id=namespace_id).first()
-    if quota is None:
-        return None, None
+    quota = _read(namespace_id, lock=False)
+    if quota is None or (quota.max_concurrent_executions is None and quota.max_executions_per_minute is None):
+        # No start quota: nothing to count under the row's lock, which
+        # would make every start of the namespace wait for the one before.
+        return quota, None
+    if lock:
+        quota = _locked(namespace_id)
+        if quota is None:
+            return None, None
     limit = quota.max_concurrent_executions
     if limit is not None:
         current = active_roots(namespace_id, held=held)
