@@ -1,0 +1,167 @@
+"""conductor-python, unchanged, against a live Node Flow: run as a script by
+tests/test_conductor_python_workers.py (``NF_API_URL``, the key pairs in
+``NF_WORKER_KEY_ID``/``NF_WORKER_KEY_SECRET`` and ``NF_CLIENT_KEY_ID``/
+``NF_CLIENT_KEY_SECRET``).
+
+Its clients register the definitions and start the workflows; its workers
+(``@worker_task`` under ``TaskHandler``) run them; when every workflow has
+ended, or ``NF_DEADLINE_S`` has passed, the workers stop and the last stdout
+line is each workflow as its client read it, as JSON. Nothing here knows it
+talks to Node Flow but the URL and the keys.
+"""
+
+# No ``from __future__ import annotations``: conductor-python reads each
+# worker parameter's annotation as a type to convert its input with.
+import json
+import os
+import sys
+import time
+
+from conductor.client.automator.task_handler import TaskHandler
+from conductor.client.configuration.configuration import Configuration
+from conductor.client.configuration.settings.authentication_settings import AuthenticationSettings
+from conductor.client.context.task_context import TaskInProgress, get_task_context
+from conductor.client.http.models.start_workflow_request import StartWorkflowRequest
+from conductor.client.orkes.orkes_metadata_client import OrkesMetadataClient
+from conductor.client.orkes.orkes_workflow_client import OrkesWorkflowClient
+from conductor.client.worker.exception import NonRetryableException
+from conductor.client.worker.worker_task import worker_task
+
+# The long task runs past its lease (heartbeatTimeout), which only lease
+# extension keeps alive: conductor-python extends at 80% of the
+# responseTimeoutSeconds a poll answers, checking every second.
+LEASE_S = 7
+SLOW_S = 9.0
+ENDED = {"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED"}
+
+TASK_DEFS = [
+    {"name": "cp_enrich", "retryCount": 0},
+    {"name": "cp_flaky", "retryCount": 2, "retryLogic": "FIXED", "retryDelaySeconds": 0},
+    {"name": "cp_finish", "retryCount": 0},
+    {"name": "cp_reject", "retryCount": 3, "retryLogic": "FIXED", "retryDelaySeconds": 0},
+    {"name": "cp_slow", "retryCount": 0, "heartbeatTimeout": LEASE_S},
+]
+ORDER = {
+    "name": "cp_order",
+    "description": "a fork, a switch, a retried task and a terminal failure",
+    "tasks": [
+        {
+            "name": "fork",
+            "taskReferenceName": "fork",
+            "type": "FORK_JOIN",
+            "forkTasks": [
+                [
+                    {
+                        "name": "cp_enrich",
+                        "taskReferenceName": "enrich",
+                        "inputParameters": {"order": "${workflow.input.order}"},
+                    }
+                ],
+                [{"name": "cp_flaky", "taskReferenceName": "flaky"}],
+            ],
+        },
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["enrich", "flaky"]},
+        {
+            "name": "route",
+            "taskReferenceName": "route",
+            "type": "SWITCH",
+            "evaluatorType": "value-param",
+            "expression": "route",
+            "inputParameters": {"route": "${workflow.input.route}"},
+            "decisionCases": {"refuse": [{"name": "cp_reject", "taskReferenceName": "reject"}]},
+            "defaultCase": [
+                {
+                    "name": "cp_finish",
+                    "taskReferenceName": "finish",
+                    "inputParameters": {"enriched": "${enrich.output.enriched}"},
+                }
+            ],
+        },
+    ],
+    "outputParameters": {"shipped": "${finish.output.shipped}", "charged": "${flaky.output.charged}"},
+}
+SLOW = {"name": "cp_slow_flow", "tasks": [{"name": "cp_slow", "taskReferenceName": "slow"}]}
+
+
+@worker_task(task_definition_name="cp_enrich")
+def enrich(order: str) -> dict:
+    return {"enriched": f"order {order}"}
+
+
+@worker_task(task_definition_name="cp_flaky")
+def flaky() -> dict:
+    if get_task_context().get_retry_count() == 0:
+        raise RuntimeError("the payment gateway timed out")  # FAILED: retried
+    return {"charged": True}
+
+
+@worker_task(task_definition_name="cp_finish")
+def finish(enriched: str) -> dict:
+    return {"shipped": enriched}
+
+
+@worker_task(task_definition_name="cp_reject")
+def reject() -> dict:
+    raise NonRetryableException("card declined")  # FAILED_WITH_TERMINAL_ERROR: never retried
+
+
+@worker_task(task_definition_name="cp_slow", lease_extend_enabled=True)
+def slow() -> dict | TaskInProgress:
+    if get_task_context().get_poll_count() <= 1:
+        return TaskInProgress(callback_after_seconds=1, output={"phase": "called back"})
+    time.sleep(SLOW_S)
+    return {"phase": "done"}
+
+
+def configuration(role: str) -> Configuration:
+    keys = AuthenticationSettings(
+        key_id=os.environ[f"NF_{role}_KEY_ID"], key_secret=os.environ[f"NF_{role}_KEY_SECRET"]
+    )
+    return Configuration(server_api_url=os.environ["NF_API_URL"], authentication_settings=keys)
+
+
+def summary(workflow) -> dict:
+    return {
+        "status": workflow.status,
+        "output": workflow.output,
+        "reasonForIncompletion": workflow.reason_for_incompletion,
+        "tasks": [[t.reference_task_name, t.status, t.retry_count, t.task_id] for t in workflow.tasks or []],
+    }
+
+
+def main() -> None:
+    client = configuration("CLIENT")
+    metadata = OrkesMetadataClient(client)
+    for task_def in TASK_DEFS:
+        metadata.register_task_def(task_def)
+    for definition in (ORDER, SLOW):
+        metadata.register_workflow_def(definition, overwrite=True)
+    workflows = OrkesWorkflowClient(client)
+    started = {
+        "shipped": workflows.start_workflow(
+            StartWorkflowRequest(name="cp_order", input={"order": "A1", "route": "ship"})
+        ),
+        "refused": workflows.start_workflow(
+            StartWorkflowRequest(name="cp_order", input={"order": "B2", "route": "refuse"})
+        ),
+        "slow": workflows.start_workflow(StartWorkflowRequest(name="cp_slow_flow", input={})),
+    }
+    handler = TaskHandler(configuration=configuration("WORKER"), scan_for_annotated_workers=True)
+    handler.start_processes()
+    deadline = time.monotonic() + float(os.environ.get("NF_DEADLINE_S", "60"))
+    try:
+        while True:
+            seen = {
+                name: workflows.get_workflow(workflow_id, include_tasks=True) for name, workflow_id in started.items()
+            }
+            if all(w.status in ENDED for w in seen.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        handler.stop_processes()
+    print(json.dumps({name: {"workflowId": started[name], **summary(w)} for name, w in seen.items()}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
