@@ -241,6 +241,7 @@ def test_every_workload_runs_at_a_tiny_size(tmp_path):
         # Shorter than PostgreSQL's 10 s statistics flush: the commit figure is not exact here.
         "BENCH_STATS_FLUSH_S": "0.5",
         "BENCH_IDLE_WINDOW_S": "0.5",
+        "BENCH_POLL_WAIT_S": "1",  # the worker's stops wait for its long-poll
     }
     args = ["--tasks", "50", "--unbatched-tasks", "0", "--latency-runs", "2", "--fork-items", "5,10"]
     args += ["--baseline-seconds", "1", "--database-name", name, "--json", str(out)]

@@ -6,8 +6,8 @@ do on its stdin, one command a line, answering ``ok`` on its stdout:
 
     start URL TASK_TYPE SLOTS   a Worker polls TASK_TYPE with SLOTS slots
                                 (its defaults otherwise: batched results,
-                                eager dispatch, 5 s long-polls), on a new
-                                connection pool
+                                eager dispatch, 5 s long-polls, or
+                                BENCH_POLL_WAIT_S), on a new connection pool
     stop                        the Worker stops: no more polls, the tasks in
                                 flight finish and report (waits for the long
                                 poll in progress, up to 5 s)
@@ -40,6 +40,8 @@ def noop(task: Task) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     key = os.environ[KEY_ENV]
+    # The SDK's default; shorter only to make a smoke run's stops quicker.
+    poll_wait_s = float(os.environ.get("BENCH_POLL_WAIT_S", "5"))
     worker: Worker | None = None
     started = 0
     for line in sys.stdin:
@@ -49,7 +51,9 @@ def main() -> None:
         if words[0] == "start" and len(words) == 4 and worker is None:
             url, task_type, slots = words[1], words[2], int(words[3])
             started += 1
-            worker = Worker(client=Client(url, key), concurrency=slots, worker_id=f"bench-worker-{started}")
+            worker = Worker(
+                client=Client(url, key), concurrency=slots, worker_id=f"bench-worker-{started}", poll_wait_s=poll_wait_s
+            )
             worker.register(task_type, noop)
             worker.start()
         elif words[0] == "stop" and worker is not None:
