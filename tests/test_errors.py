@@ -234,8 +234,14 @@ def _routes(patterns, prefix: str = "") -> list[str]:
 
 
 def _v1_paths() -> set[str]:
-    # /v1/ns/<str:ns>/... → /v1/ns/{ns}/..., as OpenAPI writes it.
-    routes = [route for route in _routes(get_resolver().url_patterns) if route.startswith("/v1/")]
+    # /v1/ns/<str:ns>/... → /v1/ns/{ns}/..., as OpenAPI writes it. The
+    # Conductor-compatible routes (/v1/ns/{ns}/api/) are Conductor's dialect,
+    # left out of Node Flow's schema (nodeflow.schema.exclude_foreign_dialects).
+    routes = [
+        route
+        for route in _routes(get_resolver().url_patterns)
+        if route.startswith("/v1/") and not route.startswith("/v1/ns/<str:ns>/api/")
+    ]
     return {re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route) for route in routes}
 
 
