@@ -193,6 +193,28 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+def test_wait_rides_out_a_server_that_is_briefly_unavailable():
+    answers = iter(
+        [
+            httpx.Response(200, json={"id": "e1", "status": "RUNNING"}),
+            httpx.Response(503, json={"error": "UNAVAILABLE", "message": "the database is unavailable"}),
+            httpx.ConnectError("refused"),
+            httpx.Response(200, json={"id": "e1", "status": "FAILED", "reasonForIncompletion": "boom"}),
+        ]
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/ns/default/executions/e1"
+        reply = next(answers)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    with Client("http://nodeflow.test", "nf_x", transport=httpx.MockTransport(answer)) as client:
+        ended = client.wait("e1", timeout=10)
+    assert (ended.status, ended.reason_for_incompletion) == ("FAILED", "boom")
+
+
 # --- the README's walk-through ------------------------------------------------------
 
 
