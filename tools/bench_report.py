@@ -136,6 +136,9 @@ def table(rows: list[dict]) -> str:
     systems += [s for s in dict.fromkeys(row["system"] for row in rows) if s not in systems]
     keys = [key for key in ROW_ORDER if any((row["workload"], row["metric"]) == key for row in rows)]
     keys += [k for k in dict.fromkeys((row["workload"], row["metric"]) for row in rows) if k not in keys]
+    # A workload's rows together, where its first row is.
+    first = {workload: index for index, (workload, _) in reversed(list(enumerate(keys)))}
+    keys = sorted(keys, key=lambda key: first[key[0]])
     figures = Figures(rows)
     header = ["figure", *systems]
     lines = [[f"{w} {m}", *(_format(figures.values.get((s, w, m))) for s in systems)] for w, m in keys]
