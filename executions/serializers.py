@@ -134,8 +134,19 @@ class ResultSerializer(_ResultFields):
     next = NextSerializer(required=False)
 
 
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID given as a string: DRF's own takes an integer (and ``false``,
+    an integer to Python) as ``UUID(int=…)``, which the schema does not
+    allow (found by tests/test_fuzz_schema.py)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class BatchResultSerializer(_ResultFields):
-    taskId = serializers.UUIDField()
+    taskId = StrictUUIDField()
 
 
 class BatchResultsSerializer(StrictSerializer):

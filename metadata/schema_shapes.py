@@ -153,9 +153,14 @@ def workflow_schema(task_component: str, *, direction: str) -> dict[str, Any]:
             "required": ["name", "tasks"],
             "additionalProperties": False,
         }
+    warnings = {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "On a registration's answer only: what translating a Conductor definition changed",
+    }
     return {
         "type": "object",
-        "properties": {**properties, **VERSION_FIELDS},
+        "properties": {**properties, **VERSION_FIELDS, "warnings": warnings},
         "required": sorted({"name", "tasks", *VERSION_FIELDS}),
     }
 

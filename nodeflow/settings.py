@@ -190,6 +190,7 @@ SPECTACULAR_SETTINGS = {
         "TaskTimeoutPolicy": "metadata.models.TimeoutPolicy",
         "WorkflowTimeoutPolicy": "metadata.validation.WORKFLOW_TIMEOUT_POLICIES",
         "SwitchEvaluator": "metadata.task_types.SWITCH_EVALUATORS",
+        "HealthStatus": ["ok", "unavailable"],
     },
     "ENUM_GENERATE_CHOICE_DESCRIPTION": False,  # the labels only repeat the values
     "TAGS": [

@@ -62,14 +62,20 @@ def _refuse_large_body(request) -> None:
         raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes (NODE_FLOW_MAX_BODY_BYTES)")
 
 
+HEALTH = inline_serializer(
+    "Health",
+    {
+        "status": serializers.ChoiceField(choices=["ok", "unavailable"]),
+        "database": serializers.CharField(help_text='"ok", or why the database cannot be reached'),
+    },
+)
+
+
 class HealthView(APIView):
     authentication_classes: list = []
     permission_classes: list = []
 
-    @extend_schema(
-        summary="Liveness and database check",
-        responses=inline_serializer("Health", {"status": serializers.CharField(), "database": serializers.CharField()}),
-    )
+    @extend_schema(summary="Liveness and database check", responses={200: HEALTH, 503: HEALTH})
     def get(self, request):
         try:
             with connection.cursor() as cursor:

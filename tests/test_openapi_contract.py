@@ -581,3 +581,15 @@ def test_the_check_finds_a_field_the_schema_leaves_out(recorder):
     assert any("uptime" in problem for problem in check(schema, extra))
     assert check(schema, wrong)
     assert check(schema, undocumented) == ["GET /healthz → 418: status not documented"]
+
+
+# --- what the fuzzing of the closed schema found --------------------------------
+
+
+@pytest.mark.parametrize("task_id", [False, 0, 7])
+def test_a_batch_result_refuses_a_task_id_that_is_not_a_string(api_for, task_id):
+    # DRF's UUIDField took an integer (and false) as UUID(int=…): 200 with a 404 answer.
+    body = {"results": [{"taskId": task_id, "leaseToken": "t", "status": "COMPLETED"}]}
+    response = api_for("worker").post("tasks/results", body)
+    assert response.status_code == 400, response.content
+    assert "taskId" in response.json()["field"], response.json()
