@@ -91,7 +91,8 @@ NAME_PARAMETERS = frozenset({"ns", "name", "task_type"})
 # and plural for several (list_executions, get_execution, start_execution).
 # Generated clients turn it into a function name, so it is chosen here, per
 # route, rather than derived from the URL; a route missing from the table
-# gets the same shape derived from its path (``_derived_id``).
+# gets the same shape derived from its path (``_derived_id``). The
+# description here is used when the view's extend_schema gives none.
 NS = "/v1/ns/{ns}"
 OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     # (method, path): (operationId, description)
@@ -102,23 +103,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
         "Executions of the namespace, newest first, without their tasks; filter by status, name and "
         "correlationId. Pages of `limit` (default 50, at most 500); pass `next` back as `cursor` for the next page.",
     ),
-    ("POST", f"{NS}/executions"): (
-        "start_execution",
-        "Starts the published version of the workflow `name` (or `version`), under every start control: "
-        "`maxConcurrentExecutions` and namespace quotas refuse with 429, `rateLimitConfig` queues the run "
-        "(RUNNING, `awaitingAdmission: true`). 201 with the execution and its first tasks; a start whose "
-        "`idempotencyKey` the namespace has seen answers 200 with that execution.",
-    ),
+    ("POST", f"{NS}/executions"): ("start_execution", ""),
     ("POST", f"{NS}/executions/batch"): ("start_executions", ""),
     ("GET", f"{NS}/executions/{{execution_id}}"): (
         "get_execution",
         "The execution with its tasks (every attempt, in the order they were scheduled) and, while it waits, "
         "why (`blockedBy` on the execution and on each waiting task).",
     ),
-    ("GET", f"{NS}/executions/{{execution_id}}/tasks"): (
-        "list_execution_tasks",
-        "The execution's task attempts, a page at a time.",
-    ),
+    ("GET", f"{NS}/executions/{{execution_id}}/tasks"): ("list_execution_tasks", ""),
     ("POST", f"{NS}/executions/{{execution_id}}/terminate"): (
         "terminate_execution",
         "Ends the execution TERMINATED with `reason`: every open task is CANCELED (a worker holding one gets "
@@ -343,8 +335,6 @@ class ApiAutoSchema(AutoSchema):
         named = OPERATIONS.get((self.method, path))
         if named is not None:
             operation["operationId"] = named[0]
-            if named[1]:
-                operation["description"] = named[1]
         elif operation["operationId"] == AutoSchema.get_operation_id(self):
             operation["operationId"] = _derived_id(self.method, path, self._is_list_view())
         scopes = getattr(self.view, "scopes", {}).get(self.method)
