@@ -18,6 +18,7 @@ from nodeflow.fields import (
 )
 
 MAX_CORRELATED = 1000
+MAX_CORRELATION_IDS = 100
 
 
 class Refusing(StrictSerializer):
@@ -108,6 +109,14 @@ class GetWorkflowQuerySerializer(StrictSerializer):
 class CorrelatedQuerySerializer(StrictSerializer):
     includeClosed = serializers.BooleanField(required=False, default=False)
     includeTasks = serializers.BooleanField(required=False, default=False)
+
+
+class CorrelationIdsSerializer(StrictSerializer):
+    """The body of ``POST workflow/{name}/correlated``: a list of correlation ids."""
+
+    correlationIds = serializers.ListField(
+        child=StrictCharField(max_length=256), max_length=MAX_CORRELATION_IDS, allow_empty=True
+    )
 
 
 class TerminateQuerySerializer(Refusing):

@@ -22,5 +22,6 @@ urlpatterns = [
     path("workflow/<str:workflow_id>/resume", views.ResumeView.as_view()),
     path("workflow/<str:workflow_id>/retry", views.RetryView.as_view()),
     path("workflow/<str:workflow_id>/restart", views.RestartView.as_view()),
+    path("workflow/<str:name>/correlated", views.CorrelatedBatchView.as_view()),
     path("workflow/<str:name>/correlated/<str:correlation_id>", views.CorrelatedView.as_view()),
 ]

@@ -19,8 +19,10 @@ from conductor.errors import exception_handler
 from conductor.schema import TokenSchema
 from conductor.serializers import (
     MAX_CORRELATED,
+    MAX_CORRELATION_IDS,
     BatchPollQuerySerializer,
     CorrelatedQuerySerializer,
+    CorrelationIdsSerializer,
     GetWorkflowQuerySerializer,
     PollQuerySerializer,
     RegisterQuerySerializer,
@@ -500,6 +502,14 @@ class RestartView(RetryView):
         lifecycle.restart_execution(execution_id=execution.id)
 
 
+def _correlated(namespace, name: str, correlation_id: str, params: dict) -> list[dict]:
+    rows = Execution.objects.filter(namespace=namespace, name=name, correlation_id=correlation_id)
+    if not params["includeClosed"]:
+        rows = rows.filter(status__in=ACTIVE_EXECUTION)
+    found = rows.order_by("-created_at")[:MAX_CORRELATED]
+    return [workflow_view(row, executor.read_run(row) if params["includeTasks"] else None) for row in found]
+
+
 class CorrelatedView(ConductorView):
     scopes = {"GET": Scope.EXECUTIONS_READ}
 
@@ -510,10 +520,21 @@ class CorrelatedView(ConductorView):
     )
     def get(self, request, ns, name, correlation_id):
         params = query(CorrelatedQuerySerializer, request)
-        rows = Execution.objects.filter(namespace=self.namespace, name=name, correlation_id=correlation_id)
-        if not params["includeClosed"]:
-            rows = rows.filter(status__in=ACTIVE_EXECUTION)
-        found = rows.order_by("-created_at")[:MAX_CORRELATED]
-        return Response(
-            [workflow_view(row, executor.read_run(row) if params["includeTasks"] else None) for row in found]
-        )
+        return Response(_correlated(self.namespace, name, correlation_id, params))
+
+
+class CorrelatedBatchView(ConductorView):
+    scopes = {"POST": Scope.EXECUTIONS_READ}
+
+    @extend_schema(
+        summary=f"Workflows of a name for each of up to {MAX_CORRELATION_IDS} correlation ids",
+        parameters=[CorrelatedQuerySerializer],
+        request=CorrelationIdsSerializer,
+        responses=OpenApiTypes.OBJECT,
+    )
+    def post(self, request, ns, name):
+        params = query(CorrelatedQuerySerializer, request)
+        body = CorrelationIdsSerializer(data={"correlationIds": request.data})
+        body.is_valid(raise_exception=True)
+        ids = body.validated_data["correlationIds"]
+        return Response({cid: _correlated(self.namespace, name, cid, params) for cid in ids})

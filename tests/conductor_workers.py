@@ -81,6 +81,8 @@ ORDER = {
     "outputParameters": {"shipped": "${finish.output.shipped}", "charged": "${flaky.output.charged}"},
 }
 SLOW = {"name": "cp_slow_flow", "tasks": [{"name": "cp_slow", "taskReferenceName": "slow"}]}
+# No worker serves cp_nobody: this one is only steered by the client.
+STEERED = {"name": "cp_steered", "tasks": [{"name": "cp_nobody", "taskReferenceName": "idle"}]}
 
 
 @worker_task(task_definition_name="cp_enrich")
@@ -129,12 +131,32 @@ def summary(workflow) -> dict:
     }
 
 
+def steer(workflows: OrkesWorkflowClient) -> dict:
+    """Every control of the workflow client, on a workflow no worker serves."""
+    request = StartWorkflowRequest(name="cp_steered", input={}, correlation_id="steer-1")
+    workflow_id = workflows.start_workflow(request)
+    statuses = []
+    for control in (
+        workflows.pause_workflow,
+        workflows.resume_workflow,
+        lambda wid: workflows.terminate_workflow(wid, reason="steered away"),
+        workflows.retry_workflow,
+        workflows.terminate_workflow,
+        workflows.restart_workflow,
+    ):
+        control(workflow_id)
+        statuses.append(workflows.get_workflow(workflow_id, include_tasks=False).status)
+    found = workflows.get_by_correlation_ids("cp_steered", ["steer-1"], include_completed=True)
+    workflows.terminate_workflow(workflow_id, reason="done")
+    return {"statuses": statuses, "correlated": [w.workflow_id for w in found["steer-1"]], "workflowId": workflow_id}
+
+
 def main() -> None:
     client = configuration("CLIENT")
     metadata = OrkesMetadataClient(client)
     for task_def in TASK_DEFS:
         metadata.register_task_def(task_def)
-    for definition in (ORDER, SLOW):
+    for definition in (ORDER, SLOW, STEERED):
         metadata.register_workflow_def(definition, overwrite=True)
     workflows = OrkesWorkflowClient(client)
     started = {
@@ -159,7 +181,8 @@ def main() -> None:
             time.sleep(0.2)
     finally:
         handler.stop_processes()
-    print(json.dumps({name: {"workflowId": started[name], **summary(w)} for name, w in seen.items()}))
+    ended = {name: {"workflowId": started[name], **summary(w)} for name, w in seen.items()}
+    print(json.dumps({**ended, "steered": steer(workflows)}))
     sys.stdout.flush()
 
 

@@ -16,6 +16,9 @@ them with a worker key pair. The workflows end as they would on Conductor:
   the same attempt polled again) and then runs past its lease, kept alive
   by conductor-python's lease extension: one attempt, COMPLETED.
 
+Its workflow client steers a fourth workflow through pause, resume,
+terminate, retry and restart, and finds it by correlation id.
+
 It waits on real progress, with a deadline: about 15 s of wall time.
 """
 
@@ -133,3 +136,7 @@ def test_conductor_python_workers_run_unchanged(conductor_run):
     ran_s = (task.ended_at - task.started_at).total_seconds()
     assert ran_s > LEASE_S
     assert task.last_heartbeat_at is not None and task.last_heartbeat_at > task.started_at
+
+    steered = workflows["steered"]
+    assert steered["statuses"] == ["PAUSED", "RUNNING", "TERMINATED", "RUNNING", "TERMINATED", "RUNNING"]
+    assert steered["correlated"] == [steered["workflowId"]]

@@ -465,6 +465,9 @@ def test_workflows_are_found_by_correlation_id(admin):
     found = admin.get("workflow/pay/correlated/order-1?includeClosed=true&includeTasks=true").json()
     assert {w["workflowId"] for w in found} == {first, second} and all("tasks" in w for w in found)
     assert admin.get("workflow/other/correlated/order-1").json() == []
+    found = admin.post("workflow/pay/correlated?includeClosed=True", ["order-1", "order-2", "order-3"]).json()
+    assert {cid: len(runs) for cid, runs in found.items()} == {"order-1": 2, "order-2": 1, "order-3": 0}
+    assert_conductor_error(admin.post("workflow/pay/correlated", {"ids": ["order-1"]}), 400, "correlationIds")
 
 
 def test_every_control_applies_to_a_start_here(admin):

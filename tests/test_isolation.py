@@ -91,6 +91,7 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("POST", "executions"): Case("executions", {"name": "{workflow}"}, 201, 201, 403),
     ("POST", "executions/batch"): Case("executions/batch", {"executions": [{"name": "{workflow}"}]}, 200, 200, 403),
     ("GET", "executions/<str:execution_id>"): Case("executions/{execution}", None, 200, 200, 403),
+    ("GET", "executions/<str:execution_id>/tasks"): Case("executions/{execution}/tasks", None, 200, 200, 403),
     ("POST", "executions/<str:execution_id>/terminate"): Case("executions/{execution}/terminate", {}, 200, 200, 403),
     ("POST", "executions/<str:execution_id>/pause"): Case("executions/{execution}/pause", None, 200, 200, 403),
     ("POST", "executions/<str:execution_id>/resume"): Case("executions/{execution}/resume", None, 409, 409, 403),
@@ -166,6 +167,9 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("PUT", "api/workflow/<str:workflow_id>/resume"): Case("api/workflow/{execution}/resume", None, 409, 409, 403),
     ("POST", "api/workflow/<str:workflow_id>/retry"): Case("api/workflow/{execution}/retry", None, 409, 409, 403),
     ("POST", "api/workflow/<str:workflow_id>/restart"): Case("api/workflow/{execution}/restart", None, 409, 409, 403),
+    ("POST", "api/workflow/<str:name>/correlated"): Case(
+        "api/workflow/{workflow}/correlated", ["order-1"], 200, 200, 403
+    ),
     ("GET", "api/workflow/<str:name>/correlated/<str:correlation_id>"): Case(
         "api/workflow/{workflow}/correlated/{correlation}", None, 200, 200, 403
     ),
