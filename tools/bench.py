@@ -93,7 +93,9 @@ class Bench:
         self.database_url = with_database(admin_url, self.db_name)
         self.tasks, self.unbatched_tasks, self.latency_runs = tasks, unbatched_tasks, latency_runs
         self.fork_items = fork_items
-        self.out = out
+        began = time.monotonic()
+        # Each line says when in the run it was written.
+        self.out = lambda line: out(f"[{time.monotonic() - began:6.1f} s] {line}")
         self.observe = observe
         self.keep_database = keep_database
         self.baseline_seconds = baseline_seconds
