@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeflow_client.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, Client
-from nodeflow_client.errors import ConnectionFailed, NodeFlowError, WaitTimeout
+from nodeflow_client.errors import ConnectionFailed, NodeFlowError, NotFound, WaitTimeout
 from nodeflow_client.models import EXECUTION_STATUSES, Execution, Model
 
 EXIT_OK = 0
@@ -176,7 +176,11 @@ def _human_task(client: Client, args: argparse.Namespace) -> str:
     if not args.execution:
         raise UsageError("give the HUMAN task's id, or --execution ID (and --ref REF)")
     waiting = client.human_tasks(args.execution, args.ref)
-    if len(waiting) != 1:
+    if not waiting:
+        which = f" {args.ref!r}" if args.ref else ""
+        message = f"execution {args.execution} has no HUMAN task{which} waiting"
+        raise NotFound(message, code="NOT_FOUND", body={"error": "NOT_FOUND", "message": message})
+    if len(waiting) > 1:
         which = f" named {args.ref!r}" if args.ref else ""
         found = ", ".join(t.reference_task_name for t in waiting) or "none"
         raise UsageError(
@@ -187,11 +191,9 @@ def _human_task(client: Client, args: argparse.Namespace) -> str:
 
 def cmd_result(client: Client, args: argparse.Namespace) -> Any:
     output = _object(json_argument(args.output), "--output") if args.output is not None else None
-    next = (
-        ({"workerId": args.worker_id, "count": args.next} if args.worker_id else {"count": args.next})
-        if args.next
-        else None
-    )
+    next = None
+    if args.next:
+        next = {"count": args.next, **({"workerId": args.worker_id} if args.worker_id else {})}
     return client.report_result(
         args.task_id,
         lease_token=args.lease,
@@ -552,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complain({"error": "CONNECTION_FAILED", "message": exc.message})
         return EXIT_UNREACHABLE
     except NodeFlowError as exc:
-        _complain({**exc.body, "status": exc.status} if "status" not in exc.body else exc.body)
+        _complain(exc.body if exc.status is None or "status" in exc.body else {**exc.body, "status": exc.status})
         return EXIT_REFUSED
     if not isinstance(outcome, Outcome):
         outcome = Outcome(outcome)

@@ -301,6 +301,8 @@ def test_a_message_a_webhook_and_a_human_completion(nodeflow, tmp_path):
     human = nodeflow("complete-human", "--execution", execution["id"], "--ref", "approve", "--output", '{"ok": true}')
     assert human.code == 0, human.stderr
     assert human.json["status"] == "COMPLETED" and human.json["outputData"] == {"ok": True}
+    none_left = nodeflow("complete-human", "--execution", execution["id"])
+    assert none_left.code == cli.EXIT_REFUSED and none_left.error["error"] == "NOT_FOUND"
     posted = nodeflow("message", execution["id"], '{"note": "hi"}')
     assert posted.code == 0 and posted.json["id"] > 0
     delivered = {"matched": 0}
