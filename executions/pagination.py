@@ -34,3 +34,38 @@ def paginate(rows: QuerySet, *, cursor: str | None, limit: int) -> tuple[list, s
         return page, None
     page = page[:limit]
     return page, _encode(page[-1].created_at, page[-1].id)
+
+
+# --- an execution's tasks -----------------------------------------------------
+# The current run's rows in seq order, a page at a time: the cursor is the
+# run and the last seq shown (a restart's new run is not mixed into an
+# older run's pages).
+
+
+def _encode_task(run: int, seq: int) -> str:
+    return base64.urlsafe_b64encode(f"t|{run}|{seq}".encode()).decode()
+
+
+def _decode_task(cursor: str, field: str) -> tuple[int, int]:
+    try:
+        kind, run, seq = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        if kind != "t":
+            raise ValueError(kind)
+        return int(run), int(seq)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidField(field, "not a cursor this server gave out") from exc
+
+
+def task_page(
+    rows: QuerySet, *, run: int, cursor: str | None, limit: int, cursor_field: str = "cursor"
+) -> tuple[list, str | None]:
+    """One page of an execution's task ``rows`` (of run ``run``), oldest
+    first, and the next cursor (None on the last page)."""
+    if cursor:
+        run, after = _decode_task(cursor, cursor_field)
+        rows = rows.filter(seq__gt=after)
+    page = list(rows.filter(run=run).order_by("seq")[: limit + 1])
+    if len(page) <= limit:
+        return page, None
+    page = page[:limit]
+    return page, _encode_task(run, page[-1].seq)

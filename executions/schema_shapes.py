@@ -41,6 +41,11 @@ class BlockedBySerializer(serializers.Serializer):
     until = serializers.DateTimeField(required=False, help_text="When it will be let through, when known")
 
 
+class TaskLogSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="When the server received it")
+    log = serializers.CharField()
+
+
 class TaskSerializer(serializers.Serializer):
     """One task attempt (every attempt is its own row)."""
 
@@ -67,7 +72,7 @@ class TaskSerializer(serializers.Serializer):
     idempotencyKey = serializers.CharField(help_text="The same for every attempt and re-delivery of one task")
     subWorkflowId = serializers.UUIDField(allow_null=True, help_text="A SUB_WORKFLOW task's child execution")
     retryCount = serializers.IntegerField(allow_null=True, help_text="Retries its policy allows after attempt 1")
-    logs = serializers.ListField(child=serializers.JSONField())
+    logs = TaskLogSerializer(many=True, help_text="What workers reported with their results (the last 200)")
     blockedBy = BlockedBySerializer(allow_null=True, help_text="Why it is not running; null when nothing holds it")
 
 
@@ -135,7 +140,21 @@ class ExecutionSerializer(serializers.Serializer):
     endedAt = serializers.DateTimeField(allow_null=True)
     deadline = serializers.DateTimeField(allow_null=True)
     blockedBy = BlockedBySerializer(allow_null=True, help_text="Why a running execution schedules nothing more")
-    tasks = TaskSerializer(many=True, required=False, help_text="Every attempt; in the execution view only")
+    tasks = TaskSerializer(
+        many=True,
+        required=False,
+        help_text="Every attempt, up to NODE_FLOW_EXECUTION_VIEW_TASKS; in the execution view only",
+    )
+    tasksNext = serializers.CharField(
+        allow_null=True,
+        required=False,
+        help_text="The cursor of GET …/executions/{id}/tasks for the tasks not shown; null when all are",
+    )
+
+
+class TaskPageSerializer(serializers.Serializer):
+    results = TaskSerializer(many=True, help_text="Oldest first (seq order)")
+    next = serializers.CharField(allow_null=True, help_text="The cursor of the next page; null on the last")
 
 
 class ExecutionPageSerializer(serializers.Serializer):

@@ -90,6 +90,18 @@ class ListExecutionsSerializer(StrictSerializer):
     limit = serializers.IntegerField(min_value=1, max_value=500, required=False)
 
 
+class ExecutionViewSerializer(StrictSerializer):
+    includeTasks = serializers.BooleanField(required=False, default=True)
+
+
+class ListTasksSerializer(StrictSerializer):
+    status = EnumField(choices=TaskStatus.choices, required=False)
+    path = StrictCharField(max_length=1000, required=False)
+    pathPrefix = StrictCharField(max_length=1000, required=False)
+    cursor = StrictCharField(required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=100)
+
+
 class ReasonSerializer(StrictSerializer):
     reason = StrictCharField(max_length=10_000, required=False, allow_blank=True, default="")
 
@@ -223,6 +235,11 @@ def execution_view(execution: Execution, *, tasks: list[Task] | None = None) -> 
         "blockedBy": execution_blocked_by(execution, tasks=tasks),
     }
     if tasks is not None:
-        context: dict = {}
-        body["tasks"] = [task_view(task, context=context) for task in tasks]
+        body["tasks"] = task_views(tasks)
     return body
+
+
+def task_views(tasks: list[Task]) -> list[dict]:
+    """``task_view`` of each, sharing one look per queue (blockedBy)."""
+    context: dict = {}
+    return [task_view(task, context=context) for task in tasks]

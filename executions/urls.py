@@ -6,6 +6,7 @@ urlpatterns = [
     path("executions", views.ExecutionListView.as_view()),
     path("executions/batch", views.ExecutionBatchView.as_view()),
     path("executions/<str:execution_id>", views.ExecutionDetailView.as_view()),
+    path("executions/<str:execution_id>/tasks", views.ExecutionTasksView.as_view()),
     path("executions/<str:execution_id>/terminate", views.TerminateView.as_view()),
     path("executions/<str:execution_id>/pause", views.PauseView.as_view()),
     path("executions/<str:execution_id>/resume", views.ResumeView.as_view()),

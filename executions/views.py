@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
 from executions import executor, lifecycle, request_bodies, schema_shapes, start_bodies, waiting
-from executions.models import Execution
-from executions.pagination import paginate
+from executions.models import Execution, Task
+from executions.pagination import paginate, task_page
 from executions.serializers import (
+    ExecutionViewSerializer,
     ListExecutionsSerializer,
+    ListTasksSerializer,
     ReasonSerializer,
     StartExecutionSerializer,
     StartExecutionsSerializer,
     execution_view,
+    task_views,
 )
 from nodeflow import transactions
 from nodeflow.auth import Scope
@@ -25,6 +29,7 @@ from nodeflow.views import NamespacedView
 # The answers' shapes, for the schema only (executions/schema_shapes.py).
 EXECUTION = schema_shapes.ExecutionSerializer
 EXECUTION_PAGE = schema_shapes.ExecutionPageSerializer
+TASK_PAGE = schema_shapes.TaskPageSerializer
 
 
 def full_view(execution: Execution) -> dict:
@@ -101,9 +106,58 @@ class ExecutionBatchView(NamespacedView):
 class ExecutionDetailView(NamespacedView):
     scopes = {"GET": Scope.EXECUTIONS_READ}
 
-    @extend_schema(summary="An execution with its tasks (every attempt)", responses=EXECUTION)
+    @extend_schema(
+        summary="An execution with its tasks (every attempt, up to NODE_FLOW_EXECUTION_VIEW_TASKS)",
+        description=(
+            "The current run's tasks in seq order, at most NODE_FLOW_EXECUTION_VIEW_TASKS (1,000) of them; "
+            "`tasksNext` is then the cursor of GET …/executions/{id}/tasks for the rest (null when every "
+            "task is shown). `includeTasks=false` leaves the tasks out."
+        ),
+        parameters=[ExecutionViewSerializer],
+        responses=EXECUTION,
+    )
     def get(self, request, ns, execution_id):
-        return Response(full_view(lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)))
+        query = ExecutionViewSerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
+        if not query.validated_data["includeTasks"]:
+            return Response(execution_view(execution))
+        rows = Task.objects.filter(execution_id=execution.id)
+        shown, more = task_page(rows, run=execution.run, cursor=None, limit=settings.NODE_FLOW_EXECUTION_VIEW_TASKS)
+        # blockedBy looks at the run as deciding does (its open rows are never settled)
+        body = execution_view(execution, tasks=shown if more is None else executor.read_run(execution))
+        body["tasks"] = body["tasks"] if more is None else task_views(shown)
+        body["tasksNext"] = more
+        return Response(body)
+
+
+class ExecutionTasksView(NamespacedView):
+    scopes = {"GET": Scope.EXECUTIONS_READ}
+
+    @extend_schema(
+        summary="An execution's tasks, a page at a time",
+        description=(
+            "The current run's tasks (every attempt) in seq order, optionally only those in one `status`, "
+            "at one `path` (`fan[3].charge`) or under a `pathPrefix` (`fan[3].`); `next` is the cursor of "
+            "the following page, null on the last."
+        ),
+        parameters=[ListTasksSerializer],
+        responses=TASK_PAGE,
+    )
+    def get(self, request, ns, execution_id):
+        query = ListTasksSerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
+        rows = Task.objects.filter(execution_id=execution.id)
+        if "status" in params:
+            rows = rows.filter(status=params["status"])
+        if "path" in params:
+            rows = rows.filter(path=params["path"])
+        if "pathPrefix" in params:
+            rows = rows.filter(path__startswith=params["pathPrefix"])
+        page, next_cursor = task_page(rows, run=execution.run, cursor=params.get("cursor"), limit=params["limit"])
+        return Response({"results": task_views(page), "next": next_cursor})
 
 
 class _ActionView(NamespacedView):

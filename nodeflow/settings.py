@@ -230,6 +230,9 @@ def _gc_threshold(raw: str) -> tuple[int, ...]:
 
 
 NODE_FLOW_MAX_FORK_ITEMS = env.int("NODE_FLOW_MAX_FORK_ITEMS", default=10_000)
+# The execution view shows at most this many of its run's rows; the rest
+# come a page at a time from GET …/executions/{id}/tasks (its `tasksNext`).
+NODE_FLOW_EXECUTION_VIEW_TASKS = env.int("NODE_FLOW_EXECUTION_VIEW_TASKS", default=1000)
 # A DO_WHILE whose iterations finish within the decision (operators only)
 # is decided in steps: one decision runs at most this many iterations, and
 # starts none once it has run NODE_FLOW_DECISION_SECONDS; a follow-up
