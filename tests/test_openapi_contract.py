@@ -395,6 +395,7 @@ def walk_through(r: Recorder) -> None:
             "leaseToken": mine["leaseToken"],
             "status": "COMPLETED",
             "outputData": {"id": "ch_1"},
+            "logs": ["charged", {"amount": 42}],
             "next": {"workerId": "w1", "count": 1, "taskType": "notify"},
         },
         expect=200,
