@@ -140,7 +140,21 @@ class ExecutionSerializer(serializers.Serializer):
     endedAt = serializers.DateTimeField(allow_null=True)
     deadline = serializers.DateTimeField(allow_null=True)
     blockedBy = BlockedBySerializer(allow_null=True, help_text="Why a running execution schedules nothing more")
-    tasks = TaskSerializer(many=True, required=False, help_text="Every attempt; in the execution view only")
+    tasks = TaskSerializer(
+        many=True,
+        required=False,
+        help_text="Every attempt, up to NODE_FLOW_EXECUTION_VIEW_TASKS; in the execution view only",
+    )
+    tasksNext = serializers.CharField(
+        allow_null=True,
+        required=False,
+        help_text="The cursor of GET …/executions/{id}/tasks for the tasks not shown; null when all are",
+    )
+
+
+class TaskPageSerializer(serializers.Serializer):
+    results = TaskSerializer(many=True, help_text="Oldest first (seq order)")
+    next = serializers.CharField(allow_null=True, help_text="The cursor of the next page; null on the last")
 
 
 class ExecutionPageSerializer(serializers.Serializer):
