@@ -111,9 +111,10 @@ def taskdef_view(row: TaskDefinition) -> dict:
     for ours, theirs in TASKDEF_ALIASES.items():
         if ours in body and theirs not in body:
             body[theirs] = body[ours]
-    return {**body, "createTime": ms(row.created_at), "updateTime": ms(row.updated_at)}
+    # Informational fields a definition was given are kept as given.
+    return {"createTime": ms(row.created_at), "updateTime": ms(row.updated_at), **body}
 
 
 def workflowdef_view(row: WorkflowVersion) -> dict:
     body = dict(WorkflowVersionSerializer(row).data)
-    return {**body, "createTime": ms(row.created_at), "updateTime": ms(row.published_at or row.created_at)}
+    return {"createTime": ms(row.created_at), "updateTime": ms(row.published_at or row.created_at), **body}

@@ -5,6 +5,7 @@ Conductor's shapes (conductor.shapes) and error model (conductor.errors)."""
 
 from __future__ import annotations
 
+from django.db.models import F
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -311,10 +312,10 @@ class WorkflowDefsView(ConductorView):
     def get(self, request, ns):
         rows = (
             WorkflowVersion.objects.select_related("definition")
-            .filter(definition__namespace=self.namespace, definition__published_version__isnull=False)
+            .filter(definition__namespace=self.namespace, definition__published_version=F("version"))
             .order_by("definition__name")
         )
-        return Response([workflowdef_view(row) for row in rows if row.version == row.definition.published_version])
+        return Response([workflowdef_view(row) for row in rows])
 
     @extend_schema(
         summary="Register a workflow definition; published at once (the published body again registers nothing)",

@@ -232,6 +232,31 @@ def test_a_bad_task_definition_is_refused_naming_the_field_and_nothing_is_stored
     assert admin.get("metadata/taskdefs").json() == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "plain"},
+        {"name": "too_many", "retryCount": 101},
+        {"name": "wrong_type", "retryCount": "3"},
+        {"name": "typo", "retryCont": 1},
+        # As Conductor writes them: accepted or refused here exactly as on Node Flow's own route.
+        {"name": "conductor_names", "responseTimeoutSeconds": 30, "pollTimeoutSeconds": 5, "timeoutSeconds": 60},
+        {"name": "informational", "ownerEmail": "a@example.com", "createTime": 1, "inputKeys": [], "outputKeys": []},
+        {"name": "rate", "rateLimitPerFrequency": 10, "rateLimitFrequencyInSeconds": 1},
+    ],
+)
+def test_a_task_definition_is_taken_here_exactly_as_on_node_flows_own_route(api, admin, body):
+    native = api.post("metadata/task-definitions", body)
+    here = admin.post("metadata/taskdefs", [{**body, "name": body["name"] + "_c"}])
+    assert (native.status_code < 300) == (here.status_code < 300), (native.content, here.content)
+    if native.status_code >= 400:
+        assert here.json()["field"] == "[0]." + native.json()["field"], (native.json(), here.json())
+    else:
+        mine = admin.get(f"metadata/taskdefs/{body['name']}_c").json()
+        theirs = {k: v for k, v in native.json().items() if k not in ("name", "createdAt", "updatedAt")}
+        assert {k: mine[k] for k in theirs} == theirs
+
+
 def test_a_workflow_registered_here_is_published_at_once_and_the_same_body_adds_no_version(admin):
     register(admin, PAY, CHARGE, NOTIFY)
     register(admin, PAY)
