@@ -1,7 +1,8 @@
 """``${...}`` expressions in inputParameters and outputParameters.
 
 Grammar: ``${root.key.key[0].key}`` — a dotted path with array indexes
-(``['key']`` is a key too, as JSONPath writes it). The
+(``['key']`` is a key too, as JSONPath writes it, and ``..key`` its deep
+scan: every value of ``key`` at any depth, as a list). The
 roots are ``workflow`` (``workflow.input…``, ``workflow.variables…``,
 ``workflow.executionId`` and friends), a task reference name
 (``ref.output…``, ``ref.input…``, ``ref.status``), and inside a dynamic fork
@@ -23,7 +24,10 @@ _EXPR = re.compile(r"(?<!\$)\$\{([^{}]*)\}")
 # An escape or an expression, found in one pass so that a resolved value's own
 # "$${" is never un-escaped.
 _ESCAPE_OR_EXPR = re.compile(r"\$\$\{|(?<!\$)\$\{([^{}]*)\}")
-_TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]|\[\s*'([^'\]]*)'\s*\]|\[\s*\"([^\"\]]*)\"\s*\]")
+_TOKEN = re.compile(
+    r"\.{2,3}([A-Za-z_][A-Za-z0-9_\-]*)"  # ..key: JSONPath's deep scan (every value of key, at any depth)
+    r"|\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d+)\]|\[\s*'([^'\]]*)'\s*\]|\[\s*\"([^\"\]]*)\"\s*\]"
+)
 
 WORKFLOW_FIELDS = frozenset(
     {
@@ -51,6 +55,11 @@ class ExpressionError(ValueError):
     pass
 
 
+class DeepScan(str):
+    """A path step ``..key``: every value of ``key`` under the current value,
+    at any depth, in document order (a list)."""
+
+
 def parse_path(text: str) -> Path:
     """``a.b[0].c`` → ("a", "b", 0, "c"); raises ExpressionError."""
     text = text.strip()
@@ -62,14 +71,18 @@ def parse_path(text: str) -> Path:
         match = _TOKEN.match(text, position)
         if match is None or (position == 0 and match.group(0).startswith(".")):
             raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
-        if position > 0 and match.group(1) is not None and not match.group(0).startswith("."):
+        if position > 0 and match.group(2) is not None and not match.group(0).startswith("."):
             raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
         if match.group(1) is not None:
-            parts.append(match.group(1))
+            if len(parts) < 2:  # after a root and its field (``t.output..x``); ``a..b`` is a typo
+                raise ExpressionError(f"cannot parse '${{{text}}}' at character {position + 1}")
+            parts.append(DeepScan(match.group(1)))
         elif match.group(2) is not None:
-            parts.append(int(match.group(2)))
+            parts.append(match.group(2))
+        elif match.group(3) is not None:
+            parts.append(int(match.group(3)))
         else:  # ['key'] or ["key"], as JSONPath writes a key
-            parts.append(match.group(3) if match.group(3) is not None else match.group(4))
+            parts.append(match.group(4) if match.group(4) is not None else match.group(5))
         position = match.end()
     if not isinstance(parts[0], str):
         raise ExpressionError(f"'${{{text}}}' must start with a name")
@@ -121,6 +134,9 @@ def lookup(context: Mapping[str, Any], path: Path) -> Any:
     """Walk ``path`` through ``context``; a missing step gives None."""
     current: Any = context
     for part in path:
+        if isinstance(part, DeepScan):
+            current = list(_deep(current, str(part)))
+            continue
         if isinstance(part, int):
             current = current[part] if isinstance(current, list) and -len(current) <= part < len(current) else _MISSING
         else:
@@ -128,6 +144,17 @@ def lookup(context: Mapping[str, Any], path: Path) -> Any:
         if current is _MISSING:
             return None
     return current
+
+
+def _deep(value: Any, key: str) -> Iterator[Any]:
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            if name == key:
+                yield item
+            yield from _deep(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _deep(item, key)
 
 
 def case_key(value: Any) -> str:
