@@ -26,7 +26,7 @@ from typing import Any
 
 from nodeflow_client.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, Client
 from nodeflow_client.errors import ConnectionFailed, NodeFlowError, NotFound, WaitTimeout
-from nodeflow_client.models import EXECUTION_STATUSES, Execution, Model
+from nodeflow_client.models import EXECUTION_STATUSES, TASK_STATUSES, Execution, Model
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -155,6 +155,14 @@ def cmd_list(client: Client, args: argparse.Namespace) -> Any:
         return page.raw
     limit = None if args.all else args.limit
     return list(client.list_executions(**filters, cursor=args.cursor, page_size=args.page_size, limit=limit))
+
+
+def cmd_tasks(client: Client, args: argparse.Namespace) -> Any:
+    filters = {"status": args.status, "path": args.path, "path_prefix": args.path_prefix}
+    if args.page:
+        return client.tasks_page(args.id, **filters, cursor=args.cursor, limit=args.page_size).raw
+    limit = None if args.all else args.limit
+    return list(client.list_tasks(args.id, **filters, cursor=args.cursor, page_size=args.page_size, limit=limit))
 
 
 def cmd_message(client: Client, args: argparse.Namespace) -> Any:
@@ -340,7 +348,30 @@ def _executions(commands: Any) -> None:
         "up to 100 starts in one request; one answer each",
         arg("starts", metavar="JSON", help=f'a list of start bodies or {{"executions": [...]}}: {JSON_HELP}'),
     )
-    _sub(commands, "get", lambda c, a: c.get(a.id), "an execution with its tasks", ID)
+    _sub(
+        commands,
+        "get",
+        lambda c, a: c.get(a.id, include_tasks=not a.no_tasks, all_tasks=a.all_tasks),
+        "an execution with its tasks (the server shows up to 1,000: then tasksNext is set)",
+        ID,
+        arg("--no-tasks", action="store_true", help="the execution alone"),
+        arg("--all-tasks", action="store_true", help="every task, however many (fetched page after page)"),
+    )
+    _sub(
+        commands,
+        "tasks",
+        cmd_tasks,
+        "an execution's tasks (every attempt of its current run), in the order they were scheduled",
+        ID,
+        arg("--status", choices=TASK_STATUSES),
+        arg("--path", help="exactly this path (fan[3].charge)"),
+        arg("--path-prefix", help="under this path (fan[3].)"),
+        arg("--limit", type=int, default=DEFAULT_LIST_LIMIT, help=f"at most this many (default {DEFAULT_LIST_LIMIT})"),
+        arg("--all", action="store_true", help="every match, page after page"),
+        arg("--page-size", type=int, default=100, help="tasks per request (1-1000)"),
+        arg("--cursor", help="start after this cursor (an execution's tasksNext, a page's next)"),
+        arg("--page", action="store_true", help="print one page as the server sends it, with its next cursor"),
+    )
     _sub(
         commands,
         "wait",

@@ -271,9 +271,54 @@ class Client:
         answer = self._json("POST", "executions/batch", {"executions": list(starts)})
         return [StartAnswer.from_json(item) for item in answer["results"]]
 
-    def get(self, execution_id: str) -> Execution:
-        """An execution with its tasks (every attempt)."""
-        return self._one(Execution, "GET", f"executions/{_segment(execution_id)}")
+    def get(self, execution_id: str, *, include_tasks: bool = True, all_tasks: bool = False) -> Execution:
+        """An execution with its current run's tasks (every attempt). The
+        server shows at most its NODE_FLOW_EXECUTION_VIEW_TASKS (1,000) and
+        sets ``tasks_next``; ``all_tasks`` fetches the rest too. Without
+        ``include_tasks``, the execution alone (a lighter read)."""
+        params = None if include_tasks else {"includeTasks": "false"}
+        execution = self._one(Execution, "GET", f"executions/{_segment(execution_id)}", params=params)
+        if all_tasks and execution.tasks_next:
+            execution.tasks.extend(self.list_tasks(execution_id, cursor=execution.tasks_next, page_size=1000))
+            execution.tasks_next = None
+        return execution
+
+    def tasks_page(
+        self,
+        execution_id: str,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        path_prefix: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> Page[Task]:
+        """One page (``limit`` up to 1000, default 100) of the current run's
+        tasks in the order they were scheduled: those in ``status``, at
+        ``path`` (``fan[3].charge``) or under ``path_prefix`` (``fan[3].``)."""
+        params = _body(status=status, path=path, pathPrefix=path_prefix, cursor=cursor, limit=limit)
+        answer = self._json("GET", f"executions/{_segment(execution_id)}/tasks", params=params)
+        return Page([Task.from_json(item) for item in answer["results"]], answer.get("next"), answer)
+
+    def list_tasks(
+        self,
+        execution_id: str,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        path_prefix: str | None = None,
+        page_size: int = 100,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Task]:
+        """``tasks_page`` after ``tasks_page``: at most ``limit`` tasks (None: all)."""
+
+        def page(cursor: str | None, size: int) -> Page[Task]:
+            return self.tasks_page(
+                execution_id, status=status, path=path, path_prefix=path_prefix, cursor=cursor, limit=size
+            )
+
+        return _paged(page, page_size=page_size, cursor=cursor, limit=limit)
 
     def wait(
         self,
@@ -293,9 +338,10 @@ class Client:
         delay, execution = WAIT_FIRST_S, None
         while True:
             try:
-                execution = self.get(execution_id)
+                # Without ``until``, only the status matters until the end: read the tasks once, then.
+                execution = self.get(execution_id, include_tasks=until is not None)
                 if done(execution):
-                    return execution
+                    return execution if until is not None else self.get(execution_id)
             except (ConnectionFailed, Unavailable):
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
@@ -359,17 +405,13 @@ class Client:
         """Executions, newest first, matching every filter given, fetched a
         page (``page_size``, up to 500) at a time as the iteration goes; at
         most ``limit`` of them (None: all)."""
-        count = 0
-        while limit is None or count < limit:
-            size = page_size if limit is None else min(page_size, limit - count)
-            page = self.executions_page(
+
+        def page(cursor: str | None, size: int) -> Page[Execution]:
+            return self.executions_page(
                 status=status, name=name, correlation_id=correlation_id, cursor=cursor, limit=size
             )
-            yield from page.results
-            count += len(page.results)
-            if page.next is None:
-                return
-            cursor = page.next
+
+        return _paged(page, page_size=page_size, cursor=cursor, limit=limit)
 
     # --- signals: messages, webhooks, HUMAN tasks -------------------------------
 
@@ -506,6 +548,20 @@ class Client:
 
     def delete_secret(self, name: str) -> None:
         self.request("DELETE", f"secrets/{_segment(name)}")
+
+
+def _paged(
+    fetch: Callable[[str | None, int], Page[Any]], *, page_size: int, cursor: str | None, limit: int | None
+) -> Iterator[Any]:
+    """The items of page after page (``fetch(cursor, size)``), at most ``limit``."""
+    count = 0
+    while limit is None or count < limit:
+        page = fetch(cursor, page_size if limit is None else min(page_size, limit - count))
+        yield from page.results
+        count += len(page.results)
+        if page.next is None:
+            return
+        cursor = page.next
 
 
 def _params(params: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -172,7 +172,8 @@ class LeasedTask(Model):
 class Execution(Model):
     """One execution (one run of a workflow). ``tasks`` is there when the
     answer carries them (a single execution's read, a start, an action),
-    not in a list's pages."""
+    not in a list's pages; a read shows at most the server's
+    NODE_FLOW_EXECUTION_VIEW_TASKS of them, and ``tasks_next`` is then set."""
 
     id: str = ""
     name: str = ""
@@ -196,6 +197,8 @@ class Execution(Model):
     deadline: dt.datetime | None = None
     blocked_by: BlockedBy | None = None
     tasks: list[Task] = field(default_factory=list)
+    # When the view showed only the first of many tasks: the cursor of ``Client.list_tasks`` for the rest.
+    tasks_next: str | None = None
     # Not the server's: whether a start created it (201) or found it by its idempotencyKey (200).
     created: bool | None = field(default=None, metadata={"local": True})
 

@@ -61,7 +61,7 @@ def _postgres(url: str, statement: str) -> None:
 
 
 class LiveServer:
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp = Path(tempfile.mkdtemp(prefix=f"nodeflow-client-{tag}-"))
@@ -73,6 +73,7 @@ class LiveServer:
             self.database = ""
             self.database_url = f"sqlite:///{self.tmp / 'live.sqlite3'}"
         self.env = {**os.environ, "DATABASE_URL": self.database_url, "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+        self.env.update(env or {})
         self.process: subprocess.Popen | None = None
         self.log = self.tmp / "server.log"
         self.keys: dict[str, str] = {}

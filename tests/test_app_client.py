@@ -14,6 +14,7 @@ import subprocess
 import textwrap
 import uuid
 from collections.abc import Iterator
+from dataclasses import fields
 
 import httpx
 import pytest
@@ -41,16 +42,19 @@ from nodeflow_client import (
 )
 from nodeflow_client import files as definition_files
 from nodeflow_client.errors import error_class, from_answer
+from nodeflow_client.models import Model, camel
 from nodeflow_worker import Task as WorkerTask
 from nodeflow_worker import Worker
 from tests.client_live import PYTHON, ROOT, LiveServer
 
 WAIT_S = 20.0
+# The execution view shows this many tasks at most (1,000 by default): few, so that a test can go past it.
+VIEW_TASKS = 4
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LiveServer]:
-    live = LiveServer("app")
+    live = LiveServer("app", env={"NODE_FLOW_EXECUTION_VIEW_TASKS": str(VIEW_TASKS)})
     live.start()
     yield live
     live.stop()
@@ -92,6 +96,13 @@ def checkout_yaml(name: str, charge: str, notify: str) -> str:
         outputParameters:
           chargeId: ${{charge.output.id}}
         """)
+
+
+def assert_typed(*answers: Model) -> None:
+    """Every field the server sent has a typed attribute (none is only in ``raw``)."""
+    for answer in answers:
+        typed = {camel(item.name) for item in fields(answer)}
+        assert set(answer.raw) <= typed, f"{type(answer).__name__} lacks {set(answer.raw) - typed}"
 
 
 def one_task_workflow(client: Client, name: str, task: str, **definition) -> None:
@@ -199,12 +210,16 @@ def test_wait_rides_out_a_server_that_is_briefly_unavailable():
             httpx.Response(200, json={"id": "e1", "status": "RUNNING"}),
             httpx.Response(503, json={"error": "UNAVAILABLE", "message": "the database is unavailable"}),
             httpx.ConnectError("refused"),
-            httpx.Response(200, json={"id": "e1", "status": "FAILED", "reasonForIncompletion": "boom"}),
+            httpx.Response(200, json={"id": "e1", "status": "FAILED"}),
+            httpx.Response(200, json={"id": "e1", "status": "FAILED", "reasonForIncompletion": "boom", "tasks": []}),
         ]
     )
 
+    reads: list[str] = []
+
     def answer(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/v1/ns/default/executions/e1"
+        reads.append(request.url.query.decode())
         reply = next(answers)
         if isinstance(reply, Exception):
             raise reply
@@ -213,6 +228,8 @@ def test_wait_rides_out_a_server_that_is_briefly_unavailable():
     with Client("http://nodeflow.test", "nf_x", transport=httpx.MockTransport(answer)) as client:
         ended = client.wait("e1", timeout=10)
     assert (ended.status, ended.reason_for_incompletion) == ("FAILED", "boom")
+    # The status alone while waiting; the tasks once, at the end.
+    assert reads == ["includeTasks=false"] * 4 + [""]
 
 
 # --- the README's walk-through ------------------------------------------------------
@@ -272,6 +289,8 @@ def test_the_readme_walk_through(client, worker, tmp_path):
     done = ended.task("notify")
     assert done is not None and done.status == "COMPLETED" and done.output_data == {"sent": "ch_42"}
     assert done.worker_id and done.ended_at is not None and done.ended_at >= done.scheduled_at
+    assert_typed(ended, *ended.tasks, definition, workflow, *client.workflow_versions(flow))
+    assert_typed(*[t.blocked_by for t in started.tasks if t.blocked_by])
 
 
 def test_a_second_version_is_a_draft_until_published(client):
@@ -391,6 +410,40 @@ def test_listing_pages_through_every_match_newest_first(client):
     assert caught.value.field == "status"
 
 
+def test_a_wide_runs_tasks_are_paged(client):
+    flow, idle = unique("wide"), unique("idle")  # nobody polls the branches: they stay SCHEDULED
+    branches = [[{"name": idle, "taskReferenceName": f"b{i}"}] for i in range(VIEW_TASKS + 2)]
+    client.register_workflow(
+        {
+            "name": flow,
+            "tasks": [
+                {"name": "fan", "taskReferenceName": "fan", "type": "FORK_JOIN", "forkTasks": branches},
+                {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
+            ],
+        }
+    )
+    started = client.start(flow)
+    shown = client.get(started.id)
+    assert len(shown.tasks) == VIEW_TASKS and shown.tasks_next
+    everything = client.get(started.id, all_tasks=True)
+    assert everything.tasks_next is None and len(everything.tasks) > VIEW_TASKS
+    listed = list(client.list_tasks(started.id, page_size=2))
+    assert [t.task_id for t in listed] == [t.task_id for t in everything.tasks]
+    rest = list(client.list_tasks(started.id, cursor=shown.tasks_next))
+    assert [t.task_id for t in shown.tasks + rest] == [t.task_id for t in listed]
+    scheduled = list(client.list_tasks(started.id, status="SCHEDULED"))
+    assert {t.reference_task_name for t in scheduled} == {f"b{i}" for i in range(VIEW_TASKS + 2)}
+    (third,) = client.list_tasks(started.id, path="b3")
+    assert third.reference_task_name == "b3"
+    page = client.tasks_page(started.id, limit=3)
+    assert len(page.results) == 3 and page.next
+    bare = client.get(started.id, include_tasks=False)
+    assert bare.tasks == [] and "tasks" not in bare.raw and bare.status == "RUNNING"
+    with pytest.raises(Invalid) as caught:
+        client.tasks_page(started.id, status="NAPPING")
+    assert caught.value.field == "status"
+
+
 # --- actions ------------------------------------------------------------------------
 
 
@@ -493,7 +546,9 @@ def test_queues_semaphores_quotas_schedules_and_breakers(client):
 
     semaphore = unique("erp")
     assert client.set_semaphore(semaphore, 4).permits == 4
-    assert client.semaphore(semaphore).holders == []
+    one = client.semaphore(semaphore)
+    assert one.holders == []
+    assert_typed(one, *client.semaphores())
     assert semaphore in {s.name for s in client.semaphores()}
     client.delete_semaphore(semaphore)
 
@@ -506,6 +561,7 @@ def test_queues_semaphores_quotas_schedules_and_breakers(client):
     assert client.pause_schedule(schedule).paused is True
     assert client.resume_schedule(schedule).paused is False
     assert schedule in {s.name for s in client.schedules()}
+    assert_typed(created, depth, client.quotas(), *client.queue_workers())
     client.delete_schedule(schedule)
     assert client.breakers() == []
     assert client.health()["status"] == "ok"

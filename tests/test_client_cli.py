@@ -253,6 +253,12 @@ def test_actions_retry_restart_pause_resume(nodeflow_here, tmp_path):
     assert nodeflow_here("pause", execution["id"]).json["status"] == "PAUSED"
     assert nodeflow_here("resume", execution["id"]).json["status"] == "RUNNING"
     assert nodeflow_here("terminate", execution["id"], "--reason", "stop").json["reasonForIncompletion"] == "stop"
+    (canceled,) = nodeflow_here("tasks", execution["id"], "--status", "CANCELED").json
+    assert canceled["referenceTaskName"] == "only"
+    page = nodeflow_here("tasks", execution["id"], "--page", "--page-size", "1").json
+    assert [t["taskId"] for t in page["results"]] == [canceled["taskId"]] and page["next"] is None
+    bare = nodeflow_here("get", execution["id"], "--no-tasks").json
+    assert "tasks" not in bare and bare["status"] == "TERMINATED"
     retried = nodeflow_here("retry", execution["id"])
     assert retried.code == 0 and retried.json["status"] == "RUNNING"
     nodeflow_here("terminate", execution["id"])
