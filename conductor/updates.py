@@ -25,8 +25,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from rest_framework.exceptions import PermissionDenied
+
 from executions import results
 from executions.models import Task, TaskStatus
+from nodeflow.auth import Principal, Scope
 from nodeflow.errors import Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
 
@@ -50,18 +53,29 @@ class Update:
         return self.body["status"] == TaskStatus.IN_PROGRESS and self.body["extendLease"]
 
 
-def leased_task(*, namespace: Namespace, update: Update) -> Task:
-    """The task the update names, checked against the worker it names."""
+def named_task(*, namespace: Namespace, update: Update) -> Task:
+    """The task the update names (in its workflow, when it names one)."""
     task_id = update.body["taskId"]
     task = _task(namespace, task_id)
     workflow_id = update.body.get("workflowInstanceId")
     if task is None or (workflow_id and workflow_id != str(task.execution_id)):
         raise NotFound(f"task '{task_id}' does not exist")
+    return task
+
+
+def unleased(task: Task) -> bool:
+    """A waiting task (HUMAN, …), which no worker leases: a client completes
+    it, as on Conductor, with the role that completes HUMAN tasks on Node
+    Flow's own route (once: then 409, as for a stale lease)."""
+    return task.kind == "waiting" and task.lease_token is None
+
+
+def check_worker(task: Task, update: Update) -> None:
+    """A leased task's update, checked against the worker it names."""
     if update.worker_id is None and not update.heartbeat:
         raise InvalidField("workerId", "required: the worker that polled the task (it fences the update)")
     if task.status == TaskStatus.IN_PROGRESS and update.worker_id is not None and task.worker_id != update.worker_id:
         raise Conflict("this task is leased to another worker; this update changes nothing", taskStatus=task.status)
-    return task
 
 
 def _task(namespace: Namespace, task_id: str, *, with_execution: bool = False) -> Task | None:
@@ -81,10 +95,19 @@ def task_in(*, namespace: Namespace, task_id: str) -> Task:
     return task
 
 
-def apply(*, namespace: Namespace, update: Update, lease_next: bool = False) -> tuple[Task, list[Task]]:
+def apply(
+    *, namespace: Namespace, update: Update, principal: Principal, lease_next: bool = False
+) -> tuple[Task, list[Task]]:
     """Apply ``update``; with ``lease_next`` (update-v2), lease the worker's
     next task of the same type in the same transaction."""
-    task = leased_task(namespace=namespace, update=update)
+    task = named_task(namespace=namespace, update=update)
+    if unleased(task):
+        if not principal.has_scope(Scope.HUMAN_TASKS):
+            raise PermissionDenied(f"role '{principal.role}' may not complete a {task.type} task")
+        return _complete_unleased(namespace, task, update.body), []
+    if not principal.has_scope(Scope.TASKS_WORK):
+        raise PermissionDenied(f"role '{principal.role}' may not report a leased task's result")
+    check_worker(task, update)
     if update.heartbeat:
         results.heartbeat(namespace=namespace, task_id=task.id, lease_token=task.lease_token or "")
         return task, []
@@ -93,6 +116,19 @@ def apply(*, namespace: Namespace, update: Update, lease_next: bool = False) -> 
         return results.report_result(namespace=namespace, result=result), []
     then = results.Next(worker_id=update.worker_id or "", count=1)
     return results.report_and_lease(namespace=namespace, result=result, then=then)
+
+
+def _complete_unleased(namespace: Namespace, task: Task, body: dict) -> Task:
+    """Through the result path HUMAN tasks take on Node Flow's own route."""
+    result = _result(task, body)
+    result.lease_token = None
+    try:
+        return results.report_result(namespace=namespace, result=result, human=True)
+    except InvalidField as exc:
+        if exc.fields.get("field") != "leaseToken":
+            raise
+        # No lease to name on these routes: the task is not one a client completes.
+        raise Conflict(f"a {task.type} task is not completed by a task update", taskStatus=task.status) from exc
 
 
 def _result(task: Task, body: dict) -> results.Result:

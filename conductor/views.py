@@ -220,8 +220,12 @@ def _update(request) -> updates.Update:
     return updates.Update(dict(body.validated_data))
 
 
+# Workers report leased tasks; developers complete HUMAN tasks, as on Node Flow's own route.
+UPDATE_SCOPES = {"POST": (Scope.TASKS_WORK, Scope.HUMAN_TASKS)}
+
+
 class UpdateTaskView(ConductorView):
-    scopes = {"POST": Scope.TASKS_WORK}
+    scopes = UPDATE_SCOPES
 
     @extend_schema(
         summary="Report a task's result, or extend its lease (409 when the attempt is no longer this worker's)",
@@ -229,12 +233,12 @@ class UpdateTaskView(ConductorView):
         responses={(200, TEXT): OpenApiTypes.STR},
     )
     def post(self, request, ns):
-        task, _ = updates.apply(namespace=self.namespace, update=_update(request))
+        task, _ = updates.apply(namespace=self.namespace, update=_update(request), principal=request.user)
         return text(str(task.id))
 
 
 class UpdateTaskV2View(ConductorView):
-    scopes = {"POST": Scope.TASKS_WORK}
+    scopes = UPDATE_SCOPES
 
     @extend_schema(
         summary="Report a task's result and lease the worker's next task of its type (204 when there is none)",
@@ -243,9 +247,7 @@ class UpdateTaskV2View(ConductorView):
     )
     def post(self, request, ns):
         update = _update(request)
-        if update.worker_id is None and not update.heartbeat:
-            raise InvalidField("workerId", "required: the next task is leased to this worker")
-        _, leased = updates.apply(namespace=self.namespace, update=update, lease_next=True)
+        _, leased = updates.apply(namespace=self.namespace, update=update, principal=request.user, lease_next=True)
         found = _conductor_tasks(leased)
         return Response(found[0]) if found else Response(status=status.HTTP_204_NO_CONTENT)
 

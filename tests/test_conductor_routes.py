@@ -402,6 +402,27 @@ def test_a_bad_task_result_is_refused_naming_the_field(worker, body, field):
             assert error["field"] == "externalOutputPayloadStoragePath" and "not supported" in error["message"]
 
 
+def test_a_human_task_is_completed_by_a_developer_not_by_a_worker(admin, worker):
+    developer = conductor_for("developer")
+    register(admin, {"name": "review", "tasks": [{"name": "approve", "taskReferenceName": "approve", "type": "HUMAN"}]})
+    workflow_id = start(admin, "review")
+    [task] = workflow(admin, workflow_id)["tasks"]
+    body = {"taskId": task["taskId"], "workflowInstanceId": workflow_id, "status": "COMPLETED", "outputData": {"ok": 1}}
+    assert_conductor_error(worker.post("tasks", body), 403)
+    assert developer.post("tasks", body).status_code == 200
+    view = workflow(admin, workflow_id)
+    assert view["status"] == "COMPLETED" and view["tasks"][0]["outputData"] == {"ok": 1}
+    assert_conductor_error(developer.post("tasks", body), 409)  # once
+
+
+def test_a_developer_may_not_report_a_leased_task(admin, worker):
+    register(admin, PAY, CHARGE, NOTIFY)
+    start(admin, "pay")
+    [task] = poll(worker, "charge")
+    assert_conductor_error(update(conductor_for("developer"), task, "COMPLETED"), 403)
+    assert Task.objects.get(pk=task["taskId"]).status == "IN_PROGRESS"
+
+
 def test_an_unknown_task_is_not_found(worker, admin):
     body = {"taskId": "00000000-0000-0000-0000-000000000009", "workerId": "w1", "status": "COMPLETED"}
     assert_conductor_error(worker.post("tasks", body), 404)
