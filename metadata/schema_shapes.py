@@ -88,6 +88,16 @@ def _task_fields(task: dict) -> dict[str, dict]:
     }
 
 
+def _opened(schema: Any) -> Any:
+    """``schema`` without ``additionalProperties: false``: answers may carry
+    more (a definition registered in Conductor's dialect keeps its fields)."""
+    if isinstance(schema, dict):
+        return {k: _opened(v) for k, v in schema.items() if not (k == "additionalProperties" and v is False)}
+    if isinstance(schema, list):
+        return [_opened(item) for item in schema]
+    return schema
+
+
 def task_entry_schema(name: str, *, direction: str) -> dict[str, Any]:
     """The schema of one entry of ``tasks``: every field the validation
     allows on some type (which field goes with which type: SPEC §5)."""
@@ -104,6 +114,7 @@ def task_entry_schema(name: str, *, direction: str) -> dict[str, Any]:
     }
     if direction == "response":
         schema["required"] = ["name", "taskReferenceName", "type", "inputParameters", "optional"]
+        return _opened(schema)
     return schema
 
 
@@ -158,11 +169,18 @@ def workflow_schema(task_component: str, *, direction: str) -> dict[str, Any]:
         "items": {"type": "string"},
         "description": "On a registration's answer only: what translating a Conductor definition changed",
     }
-    return {
-        "type": "object",
-        "properties": {**properties, **VERSION_FIELDS, "warnings": warnings},
-        "required": sorted({"name", "tasks", *VERSION_FIELDS}),
-    }
+    return _opened(
+        {
+            "type": "object",
+            "properties": {**properties, **VERSION_FIELDS, "warnings": warnings},
+            "required": sorted({"name", "tasks", *VERSION_FIELDS}),
+        }
+    )
+
+
+def one_or_many(component: str) -> dict[str, Any]:
+    """A body that is one definition or a list of them (Conductor's PUT)."""
+    return {"oneOf": [_ref(component), {"type": "array", "items": _ref(component), "minItems": 1}]}
 
 
 class WorkflowTaskShape(serializers.Serializer):

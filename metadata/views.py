@@ -168,8 +168,8 @@ class WorkflowDefinitionListView(NamespacedView):
     @extend_schema(
         operation_id="register_workflow_definitions",
         summary="Register a new version of each workflow definition given (one, or a list as Conductor's PUT sends)",
-        request={"application/json": WORKFLOW_BODY},
-        responses={200: WORKFLOW_BODY},
+        request={"application/json": schema_shapes.one_or_many("WorkflowDefinitionRequest")},
+        responses={200: schema_shapes.one_or_many("WorkflowDefinition")},
     )
     def put(self, request, ns):
         bodies = request.data if isinstance(request.data, list) else [request.data]

@@ -181,6 +181,11 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     # definitions
     ("GET", f"{NS}/metadata/task-definitions"): ("list_task_definitions", "Every task definition, by name."),
     ("POST", f"{NS}/metadata/task-definitions"): ("register_task_definition", ""),
+    ("PUT", f"{NS}/metadata/task-definitions"): (
+        "replace_task_definition",
+        "The same as POST (201 created, 200 replaced, omitted fields back to their defaults): the method "
+        "Conductor's clients update a definition with.",
+    ),
     ("GET", f"{NS}/metadata/task-definitions/{{name}}"): (
         "get_task_definition",
         "A task definition with every field at its effective value (defaults filled in).",
@@ -199,6 +204,11 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
         "Every workflow definition, each at its published version.",
     ),
     ("POST", f"{NS}/metadata/workflow-definitions"): ("register_workflow_definition", ""),
+    ("PUT", f"{NS}/metadata/workflow-definitions"): (
+        "register_workflow_definitions",
+        "Registers a new version of each definition given, one or a list (as Conductor's clients send "
+        "them), all or none; answers one version or the list, in order.",
+    ),
     ("GET", f"{NS}/metadata/workflow-definitions/{{name}}"): (
         "get_workflow_definition",
         "The published version of the workflow definition: the one a start without `version` runs.",
