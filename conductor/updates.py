@@ -120,7 +120,7 @@ def apply(
 
 def _complete_unleased(namespace: Namespace, task: Task, body: dict) -> Task:
     """Through the result path HUMAN tasks take on Node Flow's own route."""
-    result = _result(task, body)
+    result = _result(task, body, put_back=False)
     result.lease_token = None
     try:
         return results.report_result(namespace=namespace, result=result, human=True)
@@ -131,9 +131,11 @@ def _complete_unleased(namespace: Namespace, task: Task, body: dict) -> Task:
         raise Conflict(f"a {task.type} task is not completed by a task update", taskStatus=task.status) from exc
 
 
-def _result(task: Task, body: dict) -> results.Result:
+def _result(task: Task, body: dict, *, put_back: bool = True) -> results.Result:
+    """``put_back``: IN_PROGRESS puts a leased task back in its queue, as
+    Conductor does (an unleased one has no queue: its output is updated)."""
     callback_s = body["callbackAfterSeconds"]
-    if body["status"] == TaskStatus.IN_PROGRESS:
+    if body["status"] == TaskStatus.IN_PROGRESS and put_back:
         callback_s = max(callback_s, AT_ONCE_S)
     return results.Result(
         task_id=task.id,
