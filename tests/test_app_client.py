@@ -55,9 +55,11 @@ VIEW_TASKS = 4
 @pytest.fixture(scope="module")
 def server() -> Iterator[LiveServer]:
     live = LiveServer("app", env={"NODE_FLOW_EXECUTION_VIEW_TASKS": str(VIEW_TASKS)})
-    live.start()
-    yield live
-    live.stop()
+    try:
+        live.start()
+        yield live
+    finally:  # a server that failed to start leaves its database and files behind otherwise
+        live.stop()
 
 
 @pytest.fixture

@@ -28,9 +28,11 @@ from tests.client_live import PYTHON, ROOT, LiveServer
 @pytest.fixture(scope="module")
 def server() -> Iterator[LiveServer]:
     live = LiveServer("cli")
-    live.start()
-    yield live
-    live.stop()
+    try:
+        live.start()
+        yield live
+    finally:  # a server that failed to start leaves its database and files behind otherwise
+        live.stop()
 
 
 @dataclass
