@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
@@ -529,6 +530,7 @@ def walk_through(r: Recorder) -> None:
     r.call("admin", "POST", e, raw="{", expect=400)
     r.call("admin", "POST", e, {"name": "checkout", "inptu": {}}, expect=400)
     r.call("admin", "POST", e, raw="name=checkout", content_type="text/plain", expect=415)
+    r.call("admin", "POST", e, raw=json.dumps({"name": "x" * (settings.NODE_FLOW_MAX_BODY_BYTES + 1)}), expect=413)
     r.call("admin", "GET", e + "?status=DONE", expect=400)
     # and the end of definitions
     r.call("admin", "DELETE", wd + "/{name}", expect=204, name="single")
