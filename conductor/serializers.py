@@ -106,6 +106,11 @@ class GetWorkflowQuerySerializer(StrictSerializer):
     summarize = serializers.BooleanField(required=False, default=False)
 
 
+class StatusQuerySerializer(StrictSerializer):
+    includeOutput = serializers.BooleanField(required=False, default=False)
+    includeVariables = serializers.BooleanField(required=False, default=False)
+
+
 class CorrelatedQuerySerializer(StrictSerializer):
     includeClosed = serializers.BooleanField(required=False, default=False)
     includeTasks = serializers.BooleanField(required=False, default=False)

@@ -98,6 +98,20 @@ def workflow_view(execution: Execution, tasks: list[Task] | None = None) -> dict
     return body
 
 
+def workflow_status(execution: Execution, *, includeOutput: bool, includeVariables: bool) -> dict:  # noqa: N803 - Conductor's query names
+    """Conductor's ``WorkflowStatus``."""
+    body: dict = {
+        "workflowId": str(execution.id),
+        "correlationId": execution.correlation_id,
+        "status": execution.status,
+    }
+    if includeOutput:
+        body["output"] = execution.output
+    if includeVariables:
+        body["variables"] = execution.variables
+    return body
+
+
 # Conductor's names for task-definition fields whose Node Flow names differ.
 TASKDEF_ALIASES = {
     "heartbeatTimeout": "responseTimeoutSeconds",

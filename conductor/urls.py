@@ -18,6 +18,7 @@ urlpatterns = [
     path("metadata/workflow/<str:name>", views.WorkflowDefView.as_view()),
     path("workflow", views.StartView.as_view()),
     path("workflow/<str:ident>", views.WorkflowView.as_view()),
+    path("workflow/<str:workflow_id>/status", views.WorkflowStatusView.as_view()),
     path("workflow/<str:workflow_id>/pause", views.PauseView.as_view()),
     path("workflow/<str:workflow_id>/resume", views.ResumeView.as_view()),
     path("workflow/<str:workflow_id>/retry", views.RetryView.as_view()),

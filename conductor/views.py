@@ -31,13 +31,14 @@ from conductor.serializers import (
     RetryQuerySerializer,
     StartQuerySerializer,
     StartRequestSerializer,
+    StatusQuerySerializer,
     TaskResultSerializer,
     TerminateQuerySerializer,
     TokenRequestSerializer,
     VersionQuerySerializer,
     query,
 )
-from conductor.shapes import RunOf, task_view, taskdef_view, workflow_view, workflowdef_view
+from conductor.shapes import RunOf, task_view, taskdef_view, workflow_status, workflow_view, workflowdef_view
 from conductor.tokens import exchange
 from executions import dispatch, executor, lifecycle
 from executions.models import ACTIVE_EXECUTION, Execution, Task
@@ -435,6 +436,20 @@ class WorkflowView(ConductorView):
         execution = lifecycle.get_execution(namespace=self.namespace, execution_id=ident)
         lifecycle.terminate_execution(execution_id=execution.id, reason=params["reason"])
         return Response()
+
+
+class WorkflowStatusView(ConductorView):
+    scopes = {"GET": Scope.EXECUTIONS_READ}
+
+    @extend_schema(
+        summary="A workflow's status (Conductor's WorkflowStatus), with its output and variables if asked",
+        parameters=[StatusQuerySerializer],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request, ns, workflow_id):
+        params = query(StatusQuerySerializer, request)
+        execution = lifecycle.get_execution(namespace=self.namespace, execution_id=workflow_id)
+        return Response(workflow_status(execution, **params))
 
 
 class _ControlView(ConductorView):

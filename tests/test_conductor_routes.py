@@ -443,6 +443,8 @@ def test_a_workflow_starts_by_name_with_its_input_as_the_body(admin):
     assert view["startTime"] > 0 and view["endTime"] == 0
     assert [t["referenceTaskName"] for t in view["tasks"]] == ["charge"]
     assert "tasks" not in workflow(admin, view["workflowId"], "?includeTasks=false")
+    status = admin.get(f"workflow/{view['workflowId']}/status?includeOutput=true").json()
+    assert status == {"workflowId": view["workflowId"], "correlationId": "order-7", "status": "RUNNING", "output": {}}
     assert_conductor_error(admin.post("workflow/pay?priority=100", {}), 400, "priority")
     assert_conductor_error(admin.post("workflow/pay", [1]), 400, "input")
     assert_conductor_error(admin.post("workflow/nope", {}), 404)

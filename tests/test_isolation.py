@@ -163,6 +163,7 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("POST", "api/workflow/<str:ident>"): Case("api/workflow/{workflow}", {"a": 1}, 200, 200, 403),
     ("GET", "api/workflow/<str:ident>"): Case("api/workflow/{execution}", None, 200, 200, 403),
     ("DELETE", "api/workflow/<str:ident>"): Case("api/workflow/{execution}?reason=x", None, 200, 200, 403),
+    ("GET", "api/workflow/<str:workflow_id>/status"): Case("api/workflow/{execution}/status", None, 200, 200, 403),
     ("PUT", "api/workflow/<str:workflow_id>/pause"): Case("api/workflow/{execution}/pause", None, 200, 200, 403),
     ("PUT", "api/workflow/<str:workflow_id>/resume"): Case("api/workflow/{execution}/resume", None, 409, 409, 403),
     ("POST", "api/workflow/<str:workflow_id>/retry"): Case("api/workflow/{execution}/retry", None, 409, 409, 403),
