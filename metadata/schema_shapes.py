@@ -56,10 +56,19 @@ def _task_fields(task: dict) -> dict[str, dict]:
         "maxConcurrency": {"type": "integer", "minimum": 1, "maximum": task_types.MAX_FORK_CONCURRENCY},
         "joinOn": {"type": "array", "items": {"type": "string"}},
         "forkTask": task,
+        "dynamicForkTasksParam": {"type": "string", "description": "The input holding the tasks to fork, at run time"},
+        "dynamicForkTasksInputParamName": {"type": "string", "description": "The input holding each task's input"},
+        # EXCLUSIVE_JOIN, DYNAMIC
+        "defaultExclusiveJoinTask": {"type": "array", "items": {"type": "string"}},
+        "dynamicTaskNameParam": {"type": "string", "description": "The input whose value names the task to run"},
         # DO_WHILE
         "loopCondition": {"type": "string", "description": "JavaScript over $, checked after each iteration"},
         "loopOver": tasks,
         "maxIterations": {"type": "integer", "minimum": 1, "maximum": task_types.MAX_LOOP_ITERATIONS},
+        "items": {
+            "oneOf": [{"type": "array", "items": {}}, {"type": "string"}],
+            "description": "One iteration per item: a list, or an expression such as ${workflow.input.items}",
+        },
         # SUB_WORKFLOW
         "subWorkflowParam": {
             "type": "object",
@@ -141,6 +150,7 @@ def _workflow_fields(task: dict) -> dict[str, dict]:
             "additionalProperties": False,
         },
         "variables": {"type": "object", "additionalProperties": {}},
+        "restartable": {"type": "boolean", "description": "false: a restart is refused (default true)"},
     }
 
 
