@@ -145,6 +145,9 @@ def _generate(schema: bytes, home: Path) -> None:
         except OSError:
             if not (home / PACKAGE / "__init__.py").exists():
                 raise  # not a concurrent run's rename that won
+        for stale in CACHE.iterdir():  # packages of earlier schemas
+            if stale != home and not stale.name.startswith("work-"):
+                shutil.rmtree(stale, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
