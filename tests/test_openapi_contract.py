@@ -422,7 +422,7 @@ def walk_through(r: Recorder) -> None:
                         "taskId": t["taskId"],
                         "leaseToken": t["leaseToken"],
                         "status": "FAILED",
-                        "reasonForIncompletion": "card_declined",
+                        "reasonForIncompletion": "gateway timeout",  # retried after a delay
                     }
                     for t in others
                 ),
@@ -434,6 +434,9 @@ def walk_through(r: Recorder) -> None:
     )
     done = r.call("admin", "GET", e + "/{execution_id}", expect=200, execution_id=started["id"])
     assert done["status"] == "COMPLETED", done
+    for other in others:  # a retry waiting out its delay: blockedBy retryBackoff, with until
+        view = r.call("admin", "GET", e + "/{execution_id}", expect=200, execution_id=other["executionId"])
+        assert any((t["blockedBy"] or {}).get("control") == "retryBackoff" for t in view["tasks"]), view
     r.call("admin", "GET", e + "/{execution_id}/tasks?status=COMPLETED", expect=200, execution_id=started["id"])
     r.call("admin", "GET", e + "/{execution_id}?includeTasks=false", expect=200, execution_id=started["id"])
     # steering an execution
@@ -480,6 +483,21 @@ def walk_through(r: Recorder) -> None:
     r.call("admin", "POST", e, {"name": "single"}, expect=201)
     r.call("admin", "POST", e, {"name": "single"}, expect=429)
     r.call("worker", "POST", NS + "/tasks/poll/{task_type}", {"workerId": "w2"}, expect=200, task_type="gate_user")
+    # held back by controls: a queue at its cap, a start waiting for its admission key
+    r.call(
+        "admin", "POST", wd, {"name": "capped", "tasks": [{"name": "gate_user", "taskReferenceName": "g"}]}, expect=201
+    )
+    capped = r.call("admin", "POST", e, {"name": "capped"}, expect=201)
+    assert capped["tasks"][0]["blockedBy"]["control"] == "concurrentExecLimit", capped
+    keyed = {
+        "name": "keyed",
+        "rateLimitConfig": {"rateLimitKey": "${workflow.input.who}", "concurrentExecLimit": 1},
+        "tasks": [{"name": "charge", "taskReferenceName": "c"}],
+    }
+    r.call("admin", "POST", wd, keyed, expect=201)
+    r.call("admin", "POST", e, {"name": "keyed", "input": {"who": "ann"}}, expect=201)
+    waiting = r.call("admin", "POST", e, {"name": "keyed", "input": {"who": "ann"}}, expect=201)
+    assert waiting["awaitingAdmission"] and waiting["blockedBy"]["control"] == "admission:ann", waiting
     r.call("admin", "GET", NS + "/semaphores", expect=200)
     r.call("admin", "GET", NS + "/semaphores/{name}", expect=200, name="erp")
     r.call("admin", "GET", NS + "/queues", expect=200)
