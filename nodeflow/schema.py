@@ -300,7 +300,6 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
         "Deletes a secret; tasks that name it then fail terminally.",
     ),
 }
-OPERATION_ID = re.compile(r"[a-z]+(_[a-z]+)+")
 VERBS = {"GET": "get", "POST": "create", "PUT": "set", "PATCH": "update", "DELETE": "delete"}
 # Tags group the operations (a generated client's modules): the first path
 # segment under the namespace.
