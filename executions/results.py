@@ -59,7 +59,8 @@ def _check(task: Task, result: Result, *, human: bool, now: dt.datetime) -> None
     if human:
         if not completed_by_api(task):
             raise InvalidField(
-                "leaseToken", "required: only HUMAN tasks and WAIT tasks without a duration take a result without a lease"
+                "leaseToken",
+                "required: only HUMAN tasks and WAIT tasks without a duration take a result without a lease",
             )
         if task.status != TaskStatus.IN_PROGRESS:
             raise _stale(task)

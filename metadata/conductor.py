@@ -197,7 +197,7 @@ def _loop_refs(tasks: list) -> frozenset[str]:
             ):
                 visit(case)
             visit(task.get("defaultCase"))
-            for branch in task.get("forkTasks") or [] if isinstance(task.get("forkTasks"), list) else ():
+            for branch in task["forkTasks"] if isinstance(task.get("forkTasks"), list) else ():
                 visit(branch)
             visit(task.get("loopOver"))
 
@@ -217,6 +217,8 @@ def _task(task: Any, where: str, warnings: list[str], loops: frozenset[str]) -> 
     out = dict(task)
     ref = out.get("taskReferenceName") if isinstance(out.get("taskReferenceName"), str) else None
     task_type = out.get("type") or "SIMPLE"
+    if not isinstance(task_type, str):
+        return out  # not a type: the validation refuses it, naming the field
     if task_type in REFUSED_TYPES:
         raise DefinitionError(f"{where}.type", REFUSED_TYPES[task_type], ref)
     if "type" in out and out["type"] is None:
@@ -289,7 +291,8 @@ def _embedded_policy(embedded: Any, where: str, ref: str | None, task: dict) -> 
     try:
         native, _extras = translate_taskdef(embedded, prefix=f"{where}.")
     except InvalidField as exc:
-        raise DefinitionError(exc.field, exc.message.split(": ", 1)[-1], ref) from exc
+        field = exc.fields["field"]
+        raise DefinitionError(field, exc.message.removeprefix(f"{field}: "), ref) from exc
     for key in ("concurrentExecLimit", "rateLimitPerFrequency"):
         if native.get(key):
             raise DefinitionError(
@@ -332,7 +335,8 @@ def _switch(task: dict, where: str, ref: str | None, warnings: list[str]) -> Non
 def _lambda(task: dict, where: str, ref: str | None, warnings: list[str]) -> None:
     """LAMBDA is INLINE: ``scriptExpression`` is a function body (it
     ``return``s), run in the same sandbox; output ``{"result"}``."""
-    inputs = dict(task.get("inputParameters") or {})
+    given = task.get("inputParameters")
+    inputs = dict(given) if isinstance(given, dict) else {}
     script = inputs.pop("scriptExpression", None)
     if not isinstance(script, str) or not script.strip():
         raise DefinitionError(f"{where}.inputParameters.scriptExpression", "required: the LAMBDA's script", ref)
@@ -382,7 +386,7 @@ def _http_request_timeouts(task: dict, where: str, ref: str | None, warnings: li
                 request[native] = (
                     value / 1000 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
                 )
-        task["inputParameters"] = {**inputs, "http_request": request}
+        task["inputParameters"] = {**(inputs or {}), "http_request": request}
 
 
 def _do_while(task: dict, where: str, ref: str | None, warnings: list[str]) -> None:

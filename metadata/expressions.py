@@ -47,6 +47,8 @@ WORKFLOW_FIELDS = frozenset(
 )
 TASK_FIELDS = frozenset({"input", "output", "status", "taskId", "reasonForIncompletion", "attempt"})
 LOOP_ROOTS = frozenset({"item", "index"})
+# Conductor's ${CPEWF_TASK_ID}: the id of the task whose input it is in.
+TASK_ID_ROOT = "CPEWF_TASK_ID"
 
 Path = tuple[str | int, ...]
 
@@ -112,6 +114,10 @@ def paths_in(text: str) -> list[Path]:
 def check_reference(path: Path, *, refs: frozenset[str], in_template: bool) -> None:
     """Raise ExpressionError unless ``path`` names something that can exist."""
     root = path[0]
+    if root == TASK_ID_ROOT:
+        if len(path) != 1:
+            raise ExpressionError(f"'${{{TASK_ID_ROOT}}}' is the task's own id and has no fields")
+        return
     if root == "workflow":
         if len(path) < 2 or path[1] not in WORKFLOW_FIELDS:
             raise ExpressionError(f"'workflow' is followed by one of {', '.join(sorted(WORKFLOW_FIELDS))}")

@@ -92,7 +92,7 @@ def register_workflow(*, namespace: Namespace, body: object) -> WorkflowVersion:
         fields["published_version"] = number
     WorkflowDefinition.objects.filter(pk=definition.pk).update(**fields)
     definition.refresh_from_db()
-    version.warnings = translated.warnings  # type: ignore[attr-defined]  # the registration's answer only, not stored
+    version.warnings = translated.warnings  # the registration's answer only, not stored
     return version
 
 

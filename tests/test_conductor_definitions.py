@@ -7,8 +7,13 @@ registration's warnings."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from executions.models import Task
+from metadata import conductor
+from metadata.validation import DefinitionError, normalize_workflow
+from nodeflow.errors import InvalidField
 from tests.engine_helpers import TASK_DEFS, WORKFLOWS
 
 # A workflow definition as Conductor's server or SDKs write it.
@@ -299,3 +304,58 @@ def test_the_mapped_controls_hold_a_concurrency_cap(api):
     )
     api.post("executions", {"name": "two", "input": {}})
     assert len(api.post("tasks/poll/encode", {"workerId": "w", "count": 10}).json()) == 1
+
+
+# --- the translation never fails but by naming a field ------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+_TASK_KEYS = sorted({*conductor.CONDUCTOR_TASK_FIELDS, "name", "taskReferenceName", "type", "inputParameters"})
+_TYPES = st.sampled_from(
+    ["DECISION", "LAMBDA", "SWITCH", "INLINE", "HTTP", "DO_WHILE", "SUB_WORKFLOW", "WAIT", "EVENT"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(sorted({*conductor.WORKFLOW_INFO, *conductor.WORKFLOW_DEFAULTS, "name", "schemaVersion"})),
+        _JSON,
+        max_size=4,
+    ),
+    st.lists(st.dictionaries(st.sampled_from(_TASK_KEYS), _JSON | _TYPES, max_size=6), max_size=3),
+)
+def test_translating_any_body_raises_only_a_definition_error(top, tasks):
+    try:
+        translated = conductor.translate_workflow({**top, "tasks": tasks})
+        normalize_workflow(translated.body)
+    except DefinitionError as exc:
+        assert exc.fields["field"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            sorted({*conductor.TASKDEF_INFO, *conductor.TASKDEF_DEFAULTS, *conductor.TASKDEF_ALIASES, "name"})
+        ),
+        _JSON,
+        max_size=5,
+    )
+)
+def test_translating_any_task_definition_raises_only_a_field_error(body):
+    try:
+        conductor.translate_taskdef(body)
+    except InvalidField as exc:
+        assert exc.fields["field"]
+
+
+def test_an_embedded_task_definition_with_an_unimplemented_field_is_refused_naming_it(api):
+    embedded = {"name": "charge", "isolationGroupId": "g1"}
+    body = {**CONDUCTOR_WORKFLOW, "tasks": [{**CONDUCTOR_WORKFLOW["tasks"][0], "taskDefinition": embedded}]}
+    response = api.post(WORKFLOWS, body)
+    assert (response.status_code, response.json()["field"]) == (400, "tasks[0].taskDefinition.isolationGroupId")
+    assert response.json()["taskReferenceName"] == "charge"

@@ -622,13 +622,17 @@ def test_conductors_expression_forms(api):
                     created="${workflow.createTime}",
                     firstId="${first.output.list[0].id}",
                     keyed="${first.output['the key']}",
+                    deep="${first.output..id}",
+                    me="${CPEWF_TASK_ID}",
                 ),
             ],
         },
     )
     run = start(api, "exprs")
     complete(api, poll_one(api, "first"), {"list": [{"id": "x1"}], "the key": "v"})
-    inputs = poll_one(api, "second")["inputData"]
+    leased = poll_one(api, "second")
+    inputs = leased["inputData"]
+    assert (inputs["deep"], inputs["me"]) == (["x1"], leased["taskId"])
     created = Execution.objects.get(pk=run["id"]).created_at.timestamp() * 1000
     assert (inputs["id"], inputs["type"], inputs["firstId"], inputs["keyed"]) == (run["id"], "exprs", "x1", "v")
     assert abs(inputs["created"] - created) < 5

@@ -363,3 +363,11 @@ def test_workflow_context_has_conductors_names():
     wf = workflow(simple("a", inputs={"t": "${workflow.workflowType}", "c": "${workflow.createTime}"}))
     created = run(snapshot(wf)).created
     assert created[0].input == {"t": "wf", "c": 0}
+
+
+def test_cpewf_task_id_is_the_tasks_own_id_on_every_attempt():
+    wf = workflow(simple("a", inputs={"me": "${CPEWF_TASK_ID}", "text": "id=${CPEWF_TASK_ID}"}))
+    first = run(snapshot(wf)).created[0]
+    assert first.input == {"me": str(first.id), "text": f"id={first.id}"}
+    retried = run(snapshot(wf, row("a", "FAILED", reason="boom"))).created[0]
+    assert retried.attempt == 2 and retried.input["me"] == str(retried.id)

@@ -93,8 +93,10 @@ def branch_tasks(task: dict, inputs: dict, ceiling: int) -> list[dict]:
         if not isinstance(ref, str) or not _REF.fullmatch(ref) or ref in seen:
             raise ValueError(f"{where}.taskReferenceName must be a unique reference name, not {ref!r}")
         seen.add(ref)
-        own = entry.get("inputParameters") if isinstance(entry.get("inputParameters"), dict) else {}
-        tasks.append(_branch(entry, where, {**own, **(by_ref.get(ref) or {})}))
+        own = entry.get("inputParameters")
+        given_input = by_ref.get(ref)
+        merged = {**(own if isinstance(own, dict) else {}), **(given_input if isinstance(given_input, dict) else {})}
+        tasks.append(_branch(entry, where, merged))
     return tasks
 
 

@@ -53,12 +53,14 @@ class _Context(Mapping):
     """The expression context of one scope: ``workflow``, ``item``/``index``,
     and every task reference, resolved from the innermost scope outwards."""
 
-    def __init__(self, walk: Walk, scope: Scope) -> None:
-        self.walk, self.scope = walk, scope
+    def __init__(self, walk: Walk, scope: Scope, task_id: uuid.UUID | None = None) -> None:
+        self.walk, self.scope, self.task_id = walk, scope, task_id
 
     def __getitem__(self, key: str) -> Any:
         if key == "workflow":
             return self.walk.workflow_context()
+        if key == "CPEWF_TASK_ID" and self.task_id is not None:  # Conductor's: the task's own id
+            return str(self.task_id)
         if key == "item" and self.scope.index is not None:
             return self.scope.item
         if key == "index" and self.scope.index is not None:
@@ -342,6 +344,8 @@ class Walk:
             available_at=available_at,
             first_scheduled_at=first_scheduled_at,
         )
+        if "CPEWF_TASK_ID" in str(task["inputParameters"]):  # resolved again, now the row has its id
+            row.input = resolve(task["inputParameters"], _Context(self, scope, row.id))
         self.decision.timers.extend(task_timers(row, starts_budget=attempt == 1))
         if kind in DISPATCHED:
             self.open_dispatchable += 1
