@@ -76,11 +76,13 @@ TD = "metadata/task-definitions"
 ROUTES: dict[tuple[str, str], Case] = {
     ("GET", f"{TD}"): Case(TD, None, 200, 200, 200),
     ("POST", f"{TD}"): Case(TD, {"name": "fresh"}, 201, 201, 403),
+    ("PUT", f"{TD}"): Case(TD, {"name": "fresh"}, 201, 201, 403),
     ("GET", f"{TD}/<str:name>"): Case(TD + "/{taskdef}", None, 200, 200, 200),
     ("PATCH", f"{TD}/<str:name>"): Case(TD + "/{taskdef}", {"retryCount": 1}, 200, 200, 403),
     ("DELETE", f"{TD}/<str:name>"): Case(TD + "/{taskdef}", None, 204, 204, 403),
     ("GET", f"{WF}"): Case(WF, None, 200, 200, 403),
     ("POST", f"{WF}"): Case(WF, {"name": "fresh", "tasks": [{"name": "x", "taskReferenceName": "x"}]}, 201, 201, 403),
+    ("PUT", f"{WF}"): Case(WF, {"name": "fresh", "tasks": [{"name": "x", "taskReferenceName": "x"}]}, 200, 200, 403),
     ("GET", f"{WF}/<str:name>"): Case(WF + "/{workflow}", None, 200, 200, 403),
     ("DELETE", f"{WF}/<str:name>"): Case(WF + "/{workflow}", None, 204, 204, 403),
     ("GET", f"{WF}/<str:name>/versions"): Case(WF + "/{workflow}/versions", None, 200, 200, 403),
