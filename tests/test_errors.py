@@ -144,12 +144,11 @@ def test_it_answers_404_json_for_an_unknown_route(api, path):
 @pytest.mark.parametrize(
     "method,path",
     [
-        ("PUT", TASKDEFS),
         ("DELETE", TASKDEFS),
         ("PATCH", TASKDEFS),
         ("POST", f"{TASKDEFS}/t"),
         ("PUT", f"{TASKDEFS}/t"),
-        ("PUT", WORKFLOWS),
+        ("DELETE", WORKFLOWS),
         ("PATCH", f"{WORKFLOWS}/wf"),
         ("GET", f"{WORKFLOWS}/wf/publish"),
         ("DELETE", f"{WORKFLOWS}/wf/rollback"),
@@ -162,11 +161,11 @@ def test_it_answers_405_in_the_error_model(api, method, path):
 
 
 def test_it_answers_401_before_405(db):
-    assert_error(Api(None).call("PUT", TASKDEFS, {}), 401, "UNAUTHENTICATED")
+    assert_error(Api(None).call("DELETE", TASKDEFS), 401, "UNAUTHENTICATED")
 
 
 def test_it_answers_403_before_405_for_another_namespace(api_for):
-    assert_error(api_for("admin", "other", url_namespace="default").call("PUT", TASKDEFS, {}), 403, "FORBIDDEN")
+    assert_error(api_for("admin", "other", url_namespace="default").call("DELETE", TASKDEFS), 403, "FORBIDDEN")
 
 
 # --- body size ------------------------------------------------------------------
