@@ -106,6 +106,9 @@ _TASK_DEFAULTS: dict[str, tuple[tuple[Any, ...], frozenset[str]]] = {
     "dynamicForkJoinTasksParam": (_EMPTY, frozenset()),
     "subWorkflowParam": (_EMPTY, frozenset({"SUB_WORKFLOW"})),
     "retryCount": ((None,), frozenset({"*"})),
+    # Conductor's JOIN evaluates SYNC (at once) or ASYNC (later); here a JOIN is
+    # evaluated in the decision that sees its fork done, so both mean the same.
+    "joinMode": ((None, "SYNC", "ASYNC"), frozenset()),
 }
 CONDUCTOR_TASK_FIELDS = frozenset(_TASK_DEFAULTS)
 # HTTP fields Conductor also accepts flat in inputParameters.
@@ -175,10 +178,18 @@ def translate_workflow(body: Any) -> Translated:
             if isinstance(out.get(key), dict):
                 out[key] = _rewrite_expressions(out[key], loops)
         if isinstance(out.get("rateLimitConfig"), dict):
-            config = {k: v for k, v in out["rateLimitConfig"].items() if v is not None and k != "policy"}
-            out["rateLimitConfig"] = config
+            out["rateLimitConfig"] = _rate_limit_config(out["rateLimitConfig"])
     changed = out != body or bool(info)
     return Translated(out, original if changed else None, warnings)
+
+
+def _rate_limit_config(config: dict) -> dict:
+    """Conductor's ``policy`` QUEUE (its default) is what admission by key
+    does here: later starts wait in line. REJECT is not implemented."""
+    policy = config.get("policy")
+    if policy not in (None, "QUEUE"):
+        raise DefinitionError("rateLimitConfig.policy", f"{NOT_IMPLEMENTED}: later starts queue (QUEUE)")
+    return {key: value for key, value in config.items() if value is not None and key != "policy"}
 
 
 def _loop_refs(tasks: list) -> frozenset[str]:
@@ -245,6 +256,10 @@ def _task(task: Any, where: str, warnings: list[str], loops: frozenset[str]) -> 
         embedded = out.pop("taskDefinition")
         if not _is_unset(embedded, _EMPTY):
             out.update(_embedded_policy(embedded, f"{where}.taskDefinition", ref, out))
+    if task_type == "USER_TASK":
+        # Conductor's task for a person (a test-harness system task in OSS):
+        # here a HUMAN task, completed through the API.
+        out["type"] = task_type = "HUMAN"
     translate = _TYPE_TRANSLATIONS.get(task_type)
     if translate is not None:
         translate(out, where, ref, warnings)

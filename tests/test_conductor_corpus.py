@@ -119,6 +119,7 @@ SAMPLES = [
     ),
     ("failure_workflow_for_terminate_task_workflow.json", {"a": 1}, {}),
     ("wait_for_approval_workflow.json", {"orderId": "o-1"}, {}),
+    ("fork_join_sync_mode_integration_test.json", {"param1": "a"}, {}),
 ]
 EXTRA_QUEUES = {"dynamic_fork_join_integration_test.json": {"integration_task_2", "integration_task_3"}}
 

@@ -359,3 +359,34 @@ def test_an_embedded_task_definition_with_an_unimplemented_field_is_refused_nami
     response = api.post(WORKFLOWS, body)
     assert (response.status_code, response.json()["field"]) == (400, "tasks[0].taskDefinition.isolationGroupId")
     assert response.json()["taskReferenceName"] == "charge"
+
+
+def test_a_join_mode_is_accepted_both_ways_conductor_writes_it(api):
+    fork = {
+        "name": "fork",
+        "taskReferenceName": "fork",
+        "type": "FORK_JOIN",
+        "forkTasks": [[{"name": "a", "taskReferenceName": "a"}], [{"name": "b", "taskReferenceName": "b"}]],
+    }
+    for mode in ("SYNC", "ASYNC"):
+        join = {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["a", "b"], "joinMode": mode}
+        assert api.post(WORKFLOWS, {"name": f"j_{mode}", "tasks": [fork, join]}).status_code == 201
+
+
+def test_a_rate_limit_config_that_would_reject_is_refused(api):
+    config = {"rateLimitKey": "${workflow.input.tenant}", "concurrentExecLimit": 1}
+    assert (
+        api.post(WORKFLOWS, {**CONDUCTOR_WORKFLOW, "rateLimitConfig": {**config, "policy": "QUEUE"}}).status_code == 201
+    )
+    response = api.post(WORKFLOWS, {**CONDUCTOR_WORKFLOW, "rateLimitConfig": {**config, "policy": "REJECT"}})
+    assert (response.status_code, response.json()["field"]) == (400, "rateLimitConfig.policy")
+
+
+def test_a_user_task_is_a_human_task(api, api_for):
+    body = {"name": "people", "tasks": [{"name": "review", "taskReferenceName": "review", "type": "USER_TASK"}]}
+    assert api.post(WORKFLOWS, body).status_code == 201
+    run = api.post("executions", {"name": "people", "input": {}}).json()
+    task = api.get(f"executions/{run['id']}").json()["tasks"][0]
+    assert (task["type"], task["status"]) == ("HUMAN", "IN_PROGRESS")
+    done = api_for("developer").post(f"tasks/{task['taskId']}/result", {"status": "COMPLETED"})
+    assert done.status_code == 200
