@@ -296,7 +296,7 @@ def walk_through(r: Recorder) -> None:
     )
     r.call("admin", "GET", td + "/{name}", expect=200, name="charge")
     r.call("worker", "GET", td, expect=200)
-    r.call("admin", "PATCH", td + "/{name}", {"retryCount": 4}, expect=200, name="charge")
+    r.call("admin", "PATCH", td + "/{name}", {"retryCount": 4, "retryDelaySeconds": 60}, expect=200, name="charge")
     r.call("admin", "POST", td, {"name": "x", "retryCount": 101}, expect=400)
     r.call("admin", "POST", wd, raw=CHECKOUT_YAML, content_type="application/yaml", expect=201)
     r.call("admin", "POST", wd, HOLD, expect=201)
