@@ -64,9 +64,10 @@ def named_task(*, namespace: Namespace, update: Update) -> Task:
 
 
 def unleased(task: Task) -> bool:
-    """A waiting task (HUMAN, …), which no worker leases: a client completes
-    it, as on Conductor, with the role that completes HUMAN tasks on Node
-    Flow's own route (once: then 409, as for a stale lease)."""
+    """A waiting task (HUMAN, a WAIT with no duration, …), which no worker
+    leases: a client completes it, as on Conductor, with the role that
+    completes HUMAN tasks on Node Flow's own route (once: then 409, as for a
+    stale lease)."""
     return task.kind == "waiting" and task.lease_token is None
 
 
@@ -119,11 +120,12 @@ def apply(
 
 
 def _complete_unleased(namespace: Namespace, task: Task, body: dict) -> Task:
-    """Through the result path HUMAN tasks take on Node Flow's own route."""
+    """Through the engine's entry point for waiting tasks completed from
+    outside (a HUMAN task; a WAIT with no duration, as Conductor completes one)."""
     result = _result(task, body, put_back=False)
     result.lease_token = None
     try:
-        return results.report_result(namespace=namespace, result=result, human=True)
+        return results.complete_by_api(namespace=namespace, result=result)
     except InvalidField as exc:
         if exc.fields.get("field") != "leaseToken":
             raise

@@ -415,6 +415,28 @@ def test_a_human_task_is_completed_by_a_developer_not_by_a_worker(admin, worker)
     assert_conductor_error(developer.post("tasks", body), 409)  # once
 
 
+def test_a_wait_with_no_duration_is_completed_by_a_task_update_as_on_conductor(admin):
+    developer = conductor_for("developer")
+    steps = [{"name": "approval", "taskReferenceName": "approval", "type": "WAIT"}]
+    register(admin, {"name": "approve", "tasks": steps, "outputParameters": {"by": "${approval.output.by}"}})
+    register(admin, {"name": "later", "tasks": [{**steps[0], "inputParameters": {"duration": "1 hour"}}]})
+    workflow_id = start(admin, "approve")
+    [task] = workflow(admin, workflow_id)["tasks"]
+    body = {
+        "taskId": task["taskId"],
+        "workflowInstanceId": workflow_id,
+        "status": "COMPLETED",
+        "outputData": {"by": "ann"},
+    }
+    assert developer.post("tasks", body).status_code == 200
+    assert workflow(admin, workflow_id)["output"] == {"by": "ann"}
+    timed = start(admin, "later")
+    [task] = workflow(admin, timed)["tasks"]
+    body = {**body, "taskId": task["taskId"], "workflowInstanceId": timed}
+    assert_conductor_error(developer.post("tasks", body), 409)  # a WAIT with a duration ends on its timer
+    assert workflow(admin, timed)["status"] == "RUNNING"
+
+
 def test_a_developer_may_not_report_a_leased_task(admin, worker):
     register(admin, PAY, CHARGE, NOTIFY)
     start(admin, "pay")
