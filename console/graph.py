@@ -280,7 +280,7 @@ def _task(task: dict, rows: _Rows, scope: str) -> Piece:
         body = _sequence(task["loopOver"], rows, f"{node.key}.")
         iterations = _output(rows, node.key, "iteration")
         return _framed(node, body, f"iteration {iterations}" if iterations else "loop body", loop=True)
-    if kind == "FORK_JOIN_DYNAMIC":
+    if kind == "FORK_JOIN_DYNAMIC" and "forkTask" in task:  # Conductor's by tasks has no template: one node
         body = _task(task["forkTask"], rows, f"{node.key}.")
         items = _output(rows, node.key, "items")
         return _framed(node, body, f"for each of {items} items" if items is not None else "for each item", loop=False)

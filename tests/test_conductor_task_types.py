@@ -647,3 +647,30 @@ def test_every_waiting_conductor_task_reports_blocked_by(api):
     assert statuses(view) == {"step": "SCHEDULED"}
     assert task_at(view, "step")["blockedBy"]["control"] == "paused"
     assert Task.objects.get(pk=task_at(view, "step")["taskId"]).queue == "encode"
+
+
+def test_the_console_draws_conductors_task_types(api, admin_client):
+    register(api, EXCLUSIVE_WF)
+    register(api, DYNAMIC_WF)
+    register(
+        api,
+        {
+            "name": "drawn_fanout",
+            "tasks": [
+                {
+                    "taskReferenceName": "fan",
+                    "type": "FORK_JOIN_DYNAMIC",
+                    "dynamicForkTasksParam": "tasks",
+                    "inputParameters": {"tasks": "${workflow.input.tasks}"},
+                },
+                {"taskReferenceName": "fan_join", "type": "JOIN"},
+            ],
+        },
+    )
+    runs = [
+        start(api, "exclusive", {"d": True}),
+        start(api, "dyn", {"task": "encode"}),
+        start(api, "drawn_fanout", {"tasks": [{"name": "resize", "taskReferenceName": "r1"}]}),
+    ]
+    for run in runs:
+        assert admin_client.get(f"/console/executions/{run['id']}").status_code == 200
