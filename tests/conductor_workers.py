@@ -22,67 +22,84 @@ from conductor.client.configuration.configuration import Configuration
 from conductor.client.configuration.settings.authentication_settings import AuthenticationSettings
 from conductor.client.context.task_context import TaskInProgress, get_task_context
 from conductor.client.http.models.start_workflow_request import StartWorkflowRequest
+from conductor.client.http.models.task_def import TaskDef
+from conductor.client.http.models.task_result import TaskResult
+from conductor.client.http.models.workflow_def import WorkflowDef
+from conductor.client.http.models.workflow_task import WorkflowTask
 from conductor.client.orkes.orkes_metadata_client import OrkesMetadataClient
+from conductor.client.orkes.orkes_task_client import OrkesTaskClient
 from conductor.client.orkes.orkes_workflow_client import OrkesWorkflowClient
 from conductor.client.worker.exception import NonRetryableException
 from conductor.client.worker.worker_task import worker_task
 
-# The long task runs past its lease (heartbeatTimeout), which only lease
+# The long task runs past its lease (responseTimeoutSeconds), which only lease
 # extension keeps alive: conductor-python extends at 80% of the
 # responseTimeoutSeconds a poll answers, checking every second.
 LEASE_S = 7
 SLOW_S = 9.0
 ENDED = {"COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED"}
 
+# Definitions as conductor-python's own models write them (TaskDef,
+# WorkflowDef, WorkflowTask: Conductor's field names, its defaults such as
+# enforceSchema, a DECISION by caseValueParam).
 TASK_DEFS = [
-    {"name": "cp_enrich", "retryCount": 0},
-    {"name": "cp_flaky", "retryCount": 2, "retryLogic": "FIXED", "retryDelaySeconds": 0},
-    {"name": "cp_finish", "retryCount": 0},
-    {"name": "cp_reject", "retryCount": 3, "retryLogic": "FIXED", "retryDelaySeconds": 0},
-    {"name": "cp_slow", "retryCount": 0, "heartbeatTimeout": LEASE_S},
+    TaskDef(name="cp_enrich", retry_count=0, owner_email="ops@example.com"),
+    TaskDef(name="cp_flaky", retry_count=2, retry_logic="FIXED", retry_delay_seconds=0),
+    TaskDef(name="cp_finish", retry_count=0),
+    TaskDef(name="cp_reject", retry_count=3, retry_logic="FIXED", retry_delay_seconds=0),
+    TaskDef(name="cp_slow", retry_count=0, response_timeout_seconds=LEASE_S),
 ]
-ORDER = {
-    "name": "cp_order",
-    "description": "a fork, a switch, a retried task and a terminal failure",
-    "tasks": [
-        {
-            "name": "fork",
-            "taskReferenceName": "fork",
-            "type": "FORK_JOIN",
-            "forkTasks": [
+ORDER = WorkflowDef(
+    name="cp_order",
+    version=1,
+    description="a fork, a decision, a retried task and a terminal failure",
+    owner_email="ops@example.com",
+    schema_version=2,
+    tasks=[
+        WorkflowTask(
+            name="fork",
+            task_reference_name="fork",
+            type="FORK_JOIN",
+            fork_tasks=[
                 [
-                    {
-                        "name": "cp_enrich",
-                        "taskReferenceName": "enrich",
-                        "inputParameters": {"order": "${workflow.input.order}"},
-                    }
+                    WorkflowTask(
+                        name="cp_enrich",
+                        task_reference_name="enrich",
+                        input_parameters={"order": "${workflow.input.order}"},
+                    )
                 ],
-                [{"name": "cp_flaky", "taskReferenceName": "flaky"}],
+                [WorkflowTask(name="cp_flaky", task_reference_name="flaky")],
             ],
-        },
-        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["enrich", "flaky"]},
-        {
-            "name": "route",
-            "taskReferenceName": "route",
-            "type": "SWITCH",
-            "evaluatorType": "value-param",
-            "expression": "route",
-            "inputParameters": {"route": "${workflow.input.route}"},
-            "decisionCases": {"refuse": [{"name": "cp_reject", "taskReferenceName": "reject"}]},
-            "defaultCase": [
-                {
-                    "name": "cp_finish",
-                    "taskReferenceName": "finish",
-                    "inputParameters": {"enriched": "${enrich.output.enriched}"},
-                }
+        ),
+        WorkflowTask(name="join", task_reference_name="join", type="JOIN", join_on=["enrich", "flaky"]),
+        WorkflowTask(
+            name="route",
+            task_reference_name="route",
+            type="DECISION",
+            case_value_param="route",
+            input_parameters={"route": "${workflow.input.route}"},
+            decision_cases={"refuse": [WorkflowTask(name="cp_reject", task_reference_name="reject")]},
+            default_case=[
+                WorkflowTask(
+                    name="cp_finish",
+                    task_reference_name="finish",
+                    input_parameters={"enriched": "${enrich.output.enriched}"},
+                )
             ],
-        },
+        ),
     ],
-    "outputParameters": {"shipped": "${finish.output.shipped}", "charged": "${flaky.output.charged}"},
-}
-SLOW = {"name": "cp_slow_flow", "tasks": [{"name": "cp_slow", "taskReferenceName": "slow"}]}
+    output_parameters={"shipped": "${finish.output.shipped}", "charged": "${flaky.output.charged}"},
+)
+SLOW = WorkflowDef(name="cp_slow_flow", version=1, tasks=[WorkflowTask(name="cp_slow", task_reference_name="slow")])
 # No worker serves cp_nobody: this one is only steered by the client.
-STEERED = {"name": "cp_steered", "tasks": [{"name": "cp_nobody", "taskReferenceName": "idle"}]}
+STEERED = WorkflowDef(name="cp_steered", version=1, tasks=[WorkflowTask(name="cp_nobody", task_reference_name="idle")])
+# A WAIT with no duration: the client completes it with a task update.
+APPROVAL = WorkflowDef(
+    name="cp_approval",
+    version=1,
+    tasks=[WorkflowTask(name="approval", task_reference_name="approval", type="WAIT")],
+    output_parameters={"by": "${approval.output.by}"},
+)
 
 
 @worker_task(task_definition_name="cp_enrich")
@@ -151,12 +168,24 @@ def steer(workflows: OrkesWorkflowClient) -> dict:
     return {"statuses": statuses, "correlated": [w.workflow_id for w in found["steer-1"]], "workflowId": workflow_id}
 
 
+def approve(workflows: OrkesWorkflowClient, tasks: OrkesTaskClient) -> dict:
+    """A WAIT with no duration, completed by the client's task update."""
+    workflow_id = workflows.start_workflow(StartWorkflowRequest(name="cp_approval", input={}))
+    [waiting] = workflows.get_workflow(workflow_id, include_tasks=True).tasks
+    result = TaskResult(
+        task_id=waiting.task_id, workflow_instance_id=workflow_id, status="COMPLETED", output_data={"by": "ann"}
+    )
+    answer = tasks.update_task(result)
+    workflow = workflows.get_workflow(workflow_id, include_tasks=True)
+    return {"answer": answer, "taskId": waiting.task_id, **summary(workflow)}
+
+
 def main() -> None:
     client = configuration("CLIENT")
     metadata = OrkesMetadataClient(client)
     for task_def in TASK_DEFS:
         metadata.register_task_def(task_def)
-    for definition in (ORDER, SLOW, STEERED):
+    for definition in (ORDER, SLOW, STEERED, APPROVAL):
         metadata.register_workflow_def(definition, overwrite=True)
     workflows = OrkesWorkflowClient(client)
     started = {
@@ -182,7 +211,7 @@ def main() -> None:
     finally:
         handler.stop_processes()
     ended = {name: {"workflowId": started[name], **summary(w)} for name, w in seen.items()}
-    print(json.dumps({**ended, "steered": steer(workflows)}))
+    print(json.dumps({**ended, "steered": steer(workflows), "approved": approve(workflows, OrkesTaskClient(client))}))
     sys.stdout.flush()
 
 

@@ -8,7 +8,7 @@ developer key pair, its ``@worker_task`` workers under ``TaskHandler`` work
 them with a worker key pair. The workflows end as they would on Conductor:
 
 - a fork whose branches both complete, one after a retry (an exception is a
-  retryable failure), a SWITCH, and the workflow COMPLETED with its output;
+  retryable failure), a DECISION, and the workflow COMPLETED with its output;
 - the same workflow down the other case, where ``NonRetryableException``
   fails the task terminally (not retried, though its policy allows 3) and
   the workflow FAILED;
@@ -16,8 +16,11 @@ them with a worker key pair. The workflows end as they would on Conductor:
   the same attempt polled again) and then runs past its lease, kept alive
   by conductor-python's lease extension: one attempt, COMPLETED.
 
-Its workflow client steers a fourth workflow through pause, resume,
-terminate, retry and restart, and finds it by correlation id.
+The definitions are conductor-python's own models (TaskDef, WorkflowDef,
+WorkflowTask), as a Conductor user writes them. Its workflow client steers
+a fourth workflow through pause, resume, terminate, retry and restart and
+finds it by correlation id, and its task client completes a WAIT with no
+duration.
 
 It waits on real progress, with a deadline: about 15 s of wall time.
 """
@@ -42,7 +45,7 @@ from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
 # own app of that name shadows wherever the project root is on sys.path (as
 # in this process): its workers run as a script from tests/, where it is not.
 WORKERS = ROOT / "tests" / "conductor_workers.py"
-LEASE_S = 7  # cp_slow's heartbeatTimeout in tests/conductor_workers.py
+LEASE_S = 7  # cp_slow's responseTimeoutSeconds in tests/conductor_workers.py
 SERVER_START_S = 30
 WORKERS_DEADLINE_S = 60
 
@@ -136,6 +139,10 @@ def test_conductor_python_workers_run_unchanged(conductor_run):
     ran_s = (task.ended_at - task.started_at).total_seconds()
     assert ran_s > LEASE_S
     assert task.last_heartbeat_at is not None and task.last_heartbeat_at > task.started_at
+
+    approved = workflows["approved"]  # a WAIT with no duration, completed by the client's task update
+    assert approved["status"] == "COMPLETED" and approved["output"] == {"by": "ann"}, (approved, log)
+    assert approved["answer"] == approved["taskId"]
 
     steered = workflows["steered"]
     assert steered["statuses"] == ["PAUSED", "RUNNING", "TERMINATED", "RUNNING", "TERMINATED", "RUNNING"]
