@@ -532,8 +532,6 @@ def translate_taskdef(body: Any, *, prefix: str = "") -> tuple[Any, dict]:
     if "rateLimitFrequencyInSeconds" in aliases and not rate and window is not None:
         # Conductor's window defaults to 1 s and means nothing without a rate.
         out.pop("rateLimitFrequencySeconds", None)
-        if "rateLimitPerFrequency" in out and out["rateLimitPerFrequency"] == 0:
-            pass
     extras: dict[str, Any] = {}
     if info:
         extras["fields"] = info
