@@ -371,3 +371,17 @@ def test_cpewf_task_id_is_the_tasks_own_id_on_every_attempt():
     assert first.input == {"me": str(first.id), "text": f"id={first.id}"}
     retried = run(snapshot(wf, row("a", "FAILED", reason="boom"))).created[0]
     assert retried.attempt == 2 and retried.input["me"] == str(retried.id)
+
+
+@pytest.mark.parametrize(
+    ("until", "seconds"),
+    [("2026-06-01 05:00 PST", 3600), ("2026-06-01 13:00", 3600), ("2026-06-01 14:00 Europe/Paris", 0)],
+)
+def test_wait_until_takes_conductors_instants(until, seconds):
+    decision = run(snapshot(workflow(task("WAIT", "w", {"until": until}))))
+    if seconds:
+        assert [(t.kind, (t.due_at - decision.created[0].scheduled_at).total_seconds()) for t in decision.timers] == [
+            ("WAIT", seconds)
+        ]
+    else:
+        assert decision.created[0].status == "COMPLETED"  # 14:00 in Paris is 12:00 UTC: due now
