@@ -157,17 +157,20 @@ def test_a_client_generated_from_the_live_schema_drives_the_walk_through(server)
     schema = httpx.get(f"{url}/api/schema/?format=json", timeout=30)
     assert schema.status_code == 200
     nf = generated_client(schema.content)
-    from nodeflow_generated_client.api.definitions import (  # the generated package, just imported
+    # The generated package, just imported: its modules by name.
+    from nodeflow_generated_client.api.controls import list_queues
+    from nodeflow_generated_client.api.definitions import (
         get_task_definition,
         list_workflow_definitions,
         register_task_definition,
         register_workflow_definition,
     )
     from nodeflow_generated_client.api.executions import get_execution, start_execution
-    from nodeflow_generated_client.api.workers import poll_tasks, report_task_result
+    from nodeflow_generated_client.api.workers import heartbeat_task, poll_tasks, report_task_result
     from nodeflow_generated_client.models import (
         Error,
         ExecutionStatus,
+        HeartbeatRequest,
         NextRequest,
         PollRequest,
         ResultRequest,
@@ -257,6 +260,12 @@ def test_a_client_generated_from_the_live_schema_drives_the_walk_through(server)
         assert [task.execution_id for task in leased] == [execution.id], leased
         task = leased[0]
         assert task.input_data.to_dict() == {"amount": 42} and task.attempt == 1
+        beat = heartbeat_task.sync(
+            ns, str(task.task_id), client=client, body=HeartbeatRequest(lease_token=task.lease_token)
+        )
+        assert beat.status is TaskStatus.IN_PROGRESS and beat.lease_expires_at >= task.lease_expires_at, beat
+        (queue,) = list_queues.sync(ns, client=client)
+        assert (queue.task_type, queue.depth, queue.in_flight) == ("charge", 0, 1), queue
         reported = report_task_result.sync(
             ns,
             str(task.task_id),
