@@ -114,6 +114,7 @@ CONDUCTOR_TASK_FIELDS = frozenset(_TASK_DEFAULTS)
 # HTTP fields Conductor also accepts flat in inputParameters.
 HTTP_FLAT = ("uri", "method", "headers", "body", "accept", "contentType", "vipAddress", "appName", "encode")
 HTTP_FLAT_TIMEOUTS_MS = {"connectionTimeOut": "connectTimeout", "readTimeOut": "readTimeout"}
+HTTP_HEADER_FIELDS = {"contentType": "Content-Type", "accept": "Accept"}
 SUB_WORKFLOW_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "taskToDomain": _EMPTY,
     "workflowDefinition": _EMPTY,
@@ -390,18 +391,29 @@ def _http(task: dict, where: str, ref: str | None, warnings: list[str]) -> None:
 
 
 def _http_request_timeouts(task: dict, where: str, ref: str | None, warnings: list[str]) -> None:
+    """Conductor's HTTP fields in ``http_request``: timeouts in milliseconds
+    become seconds; ``contentType`` and ``accept`` become the headers they set."""
     _http(task, where, ref, warnings)
     inputs = task.get("inputParameters")
     request = inputs.get("http_request") if isinstance(inputs, dict) else None
-    if isinstance(request, dict) and any(key in request for key in HTTP_FLAT_TIMEOUTS_MS):
-        request = dict(request)
-        for flat, native in HTTP_FLAT_TIMEOUTS_MS.items():
-            if flat in request:
-                value = request.pop(flat)
-                request[native] = (
-                    value / 1000 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-                )
-        task["inputParameters"] = {**(inputs or {}), "http_request": request}
+    if not isinstance(request, dict):
+        return
+    if not any(key in request for key in (*HTTP_FLAT_TIMEOUTS_MS, *HTTP_HEADER_FIELDS)):
+        return
+    request = dict(request)
+    for flat, native in HTTP_FLAT_TIMEOUTS_MS.items():
+        if flat in request:
+            value = request.pop(flat)
+            request[native] = value / 1000 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    headers = request.get("headers", {})
+    if isinstance(headers, dict):
+        headers = dict(headers)
+        for field_name, header in HTTP_HEADER_FIELDS.items():
+            value = request.pop(field_name, None)
+            if value is not None and not any(key.lower() == header.lower() for key in headers):
+                headers[header] = value
+        request["headers"] = headers
+    task["inputParameters"] = {**(inputs or {}), "http_request": request}
 
 
 def _do_while(task: dict, where: str, ref: str | None, warnings: list[str]) -> None:

@@ -514,7 +514,14 @@ def test_http_fields_flat_in_input_parameters(api, http_server):  # noqa: F811  
                     "name": "call",
                     "taskReferenceName": "call",
                     "type": "HTTP",
-                    "inputParameters": {"uri": http_server.url("/ok"), "method": "POST", "body": {"a": 1}},
+                    "inputParameters": {
+                        "uri": http_server.url("/ok"),
+                        "method": "POST",
+                        "body": {"a": 1},
+                        "accept": "application/json",
+                        "contentType": "application/json",
+                        "readTimeOut": 5000,
+                    },
                 }
             ],
         },
@@ -523,7 +530,12 @@ def test_http_fields_flat_in_input_parameters(api, http_server):  # noqa: F811  
     run_system_tasks()
     view = execution(api, run["id"])
     assert view["status"] == "COMPLETED", view
-    assert http_server.requests[0].method == "POST"
+    seen = http_server.requests[0]
+    assert (seen.method, seen.headers["accept"], seen.headers["content-type"]) == (
+        "POST",
+        "application/json",
+        "application/json",
+    )
 
 
 def test_a_sub_workflow_named_by_an_expression_runs_the_child_it_names(api):
