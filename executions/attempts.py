@@ -16,6 +16,7 @@ writes the table (tests/test_row_owners.py).
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import functools
 import math
@@ -94,20 +95,23 @@ class Pick:
     task_id: uuid.UUID | None = None
 
 
-def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int) -> Lease:
+def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int, *, park: str = "", leave: str = "") -> Lease:
     """Lease up to ``count`` ready tasks of a worker queue, highest priority
     first, and no more than its definition's controls allow. On PostgreSQL a
     queue this process has not seen controlled tries the one statement that
-    leases only if it has none (``lease_fast``); the rest go through the gate."""
+    leases only if it has none (``lease_fast``); the rest go through the gate.
+    ``park``/``leave``: the long-poll's notice (``notify.Parked``), sent in
+    the lease's own transaction: ``park`` if it leases nothing, ``leave`` if
+    it leases something."""
     token = secrets.token_urlsafe(18)
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
-        tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now())
+        tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now(), park, leave)
         if not controlled:
             return Lease(tasks)
-    return lease_gated(Pick(namespace_id, queue), worker_id, count, token)
+    return lease_gated(Pick(namespace_id, queue), worker_id, count, token, park=park, leave=leave)
 
 
-def lease_gated(pick: Pick, worker_id: str, count: int, token: str) -> Lease:
+def lease_gated(pick: Pick, worker_id: str, count: int, token: str, *, park: str = "", leave: str = "") -> Lease:
     """The controlled dequeue: under the definition's lock (quotas.gate),
     lease no more than the gate allows and book them before the lock is
     released. The same for a worker queue and for system tasks; on SQLite
@@ -116,6 +120,9 @@ def lease_gated(pick: Pick, worker_id: str, count: int, token: str) -> Lease:
         gate = open_gate(namespace_id=pick.namespace_id, queue=pick.name, want=count)
         tasks = _lease_rows(pick, worker_id, gate.allowance, token, gate.now) if gate.allowance else []
         charge(gate, namespace_id=pick.namespace_id, queue=pick.name, tasks=tasks, worker_id=worker_id, now=gate.now)
+        notice = leave if tasks else park
+        if notice:
+            notify.announce(notice)
     return Lease(tasks, gate)
 
 
@@ -242,7 +249,8 @@ def _lease_fast_sql() -> str:
     """The same for a queue that may have controls, still one statement: it
     leases only if the queue's task definition has none, and says whether it
     has (a queue with controls goes through the gate instead). The LEFT JOIN
-    returns one all-NULL task row when nothing was leased, to carry the answer."""
+    returns one all-NULL task row when nothing was leased, to carry the answer;
+    a long-poll's park or leave notice rides along (``lease_queue``)."""
     return f"""
 WITH ctl AS (
     SELECT count(*) AS n FROM metadata_taskdefinition AS d
@@ -252,15 +260,28 @@ WITH ctl AS (
      WHERE t.id IN ({_READY.format(which=_OF_QUEUE, extra="AND (SELECT n FROM ctl) = 0")})
     RETURNING {sql.columns(Task, "t", LEASED_FIELDS)}
 )
-SELECT {sql.columns(Task, "leased", LEASED_FIELDS)}, ctl.n AS controlled FROM ctl LEFT JOIN leased ON true
+SELECT {sql.columns(Task, "leased", LEASED_FIELDS)}, ctl.n AS controlled,
+       CASE WHEN ctl.n > 0 THEN NULL
+            WHEN leased.id IS NULL AND %(park)s <> '' THEN pg_notify(%(channel)s, %(park)s)
+            WHEN leased.id IS NOT NULL AND %(leave)s <> '' THEN pg_notify(%(channel)s, %(leave)s)
+       END AS announced
+  FROM ctl LEFT JOIN leased ON true
 """
 
 
 def lease_fast(
-    namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime
+    namespace_id: int,
+    queue: str,
+    worker_id: str,
+    count: int,
+    token: str,
+    now: dt.datetime,
+    park: str = "",
+    leave: str = "",
 ) -> tuple[list[Task], bool]:
     params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
-    found = sql.rows(Task, _lease_fast_sql(), params, extra=1, fields=LEASED_FIELDS)
+    params.update(channel=notify.TASKS_CHANNEL, park=park, leave=leave)
+    found = sql.rows(Task, _lease_fast_sql(), params, extra=2, fields=LEASED_FIELDS)
     return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
 
 
@@ -596,10 +617,10 @@ def release_held(*, execution_id: uuid.UUID) -> int:
     """A resumed (or admitted) run: its held tasks may be dispatched again;
     their queues are woken when this commits."""
     held = Task.objects.filter(execution_id=execution_id, held=True)
-    queues = set(held.exclude(queue=None).values_list("namespace_id", "queue", "kind"))
+    queues = collections.Counter(held.exclude(queue=None).values_list("namespace_id", "queue", "kind"))
     released = held.update(held=False)
-    for namespace_id, queue, kind in queues:
-        notify.task_ready(namespace_id, queue, kind)
+    for (namespace_id, queue, kind), count in queues.items():
+        notify.task_ready(namespace_id, queue, kind, count)
     return released
 
 

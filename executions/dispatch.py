@@ -42,30 +42,44 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     ``wait_s`` for a wake-up (a task ready, a slot or a permit freed, a new
     rate window) and try again."""
     diagnostics.record_poll(namespace_id=namespace.id, queue=queue, worker_id=worker_id)
-    keys = {notify.queue_key(namespace.id, queue)}
-    recheck = LISTEN_RECHECK_S if wait_s > 0 and notify.ensure_listener() else POLL_RECHECK_S
+    if wait_s <= 0:
+        lease = attempts.lease_queue(namespace.id, queue, worker_id, count)
+        metrics.record_dispatch(lease.tasks)
+        _count_held_back(lease, set())
+        return lease.tasks
+    queue_key = notify.queue_key(namespace.id, queue)
+    keys = {queue_key}
+    listening = notify.ensure_listener()
+    recheck = LISTEN_RECHECK_S if listening else POLL_RECHECK_S
     give_up = time.monotonic() + wait_s
     held_back: set[str] = set()  # controls counted for this poll: once each, not per re-check
-    while True:
-        # Registered before looking, so a wake-up between the look and the
-        # wait is not lost.
-        event = threading.Event()
-        for key in keys:
-            notify.hub.attach(key, event)
-        try:
-            lease = attempts.lease_queue(namespace.id, queue, worker_id, count)
+    # Registered before looking, so a wake-up between the look and the wait
+    # is not lost. A ready task wakes one parked poller (notify.Parked); a
+    # freed slot or permit, every poller waiting on its key.
+    event = threading.Event()
+    poller = notify.parked.begin(queue_key, time.time() + wait_s, event)
+    try:
+        while True:
+            event.clear()
+            for key in keys:
+                notify.hub.attach(key, event)
+            park, leave = notify.parked.notices(poller) if listening else ("", "")
+            lease = attempts.lease_queue(namespace.id, queue, worker_id, count, park=park, leave=leave)
             metrics.record_dispatch(lease.tasks)
             _count_held_back(lease, held_back)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return lease.tasks
+            if not listening:
+                notify.parked.park(poller)
             event.wait(min(remaining, recheck, _next_window_in(lease)))
-        finally:
-            for key in keys:
-                notify.hub.unregister(key, event)
-        if lease.gate is not None:
-            # Permits freed by other queues sharing a semaphore wake this one too.
-            keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
+            if lease.gate is not None:
+                # Permits freed by other queues sharing a semaphore wake this one too.
+                keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
+    finally:
+        for key in keys:
+            notify.hub.unregister(key, event)
+        notify.parked.end(poller)
 
 
 def _count_held_back(lease: attempts.Lease, counted: set[str]) -> None:

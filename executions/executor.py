@@ -15,6 +15,7 @@ handlers, sweepers and terminate free of deadlocks.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import functools
 import logging
@@ -648,9 +649,17 @@ def _insert_rows_of(decisions: list[tuple[Execution, Decision]]) -> None:
 
 
 def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
-    ready = {(e.namespace_id, row.queue, row.kind) for e, d in decisions for row in d.created if row.queue}
-    for namespace_id, queue, kind in ready:
-        notify.task_ready(namespace_id, queue, kind)
+    """One notice per queue, with how many tasks it got that are available
+    now (as many pollers wake; a retry's delayed attempt is found by the
+    pollers' periodic look when its delay ends)."""
+    ready = collections.Counter(
+        (e.namespace_id, row.queue, row.kind)
+        for e, d in decisions
+        for row in d.created
+        if row.queue and row.available_at <= row.scheduled_at
+    )
+    for (namespace_id, queue, kind), count in ready.items():
+        notify.task_ready(namespace_id, queue, kind, count)
 
 
 def apply(execution: Execution, decision: Decision, now: dt.datetime, *, execution_fields: bool = True) -> list[Task]:

@@ -7,6 +7,19 @@ SQLite, and within one process, the hub is woken directly after commit; other
 processes fall back to re-checking at a short interval. Wake-ups are hints:
 the database is always re-read, so a lost one only costs latency.
 
+A task made ready wakes one parked long-poll, not every one (``Parked``):
+the ready notice carries how many tasks it made ready, and wakes that many
+pollers at most, the longest parked first. On PostgreSQL every process
+keeps the same list of the parked pollers of every process, from the
+stream of notices itself: a poll that parks says so in its own (empty)
+lease statement, one that leaves after leasing without being woken says so
+in that lease, and every process sees the notices in the one commit order,
+so all of them pick the same pollers for a ready notice and only the
+picked ones' processes wake them. No wake-up is spent on a poller another
+process woke for the same task; a woken poller whose lease still finds
+nothing (a fresh poll took the task first) parks again. On SQLite, and for
+pollers of one process, the list is the process's own.
+
 The system-task role listens on a channel of its own: "a system task is
 ready" (``SYSTEM_KEY``) and "a slot or permits that system tasks wait for
 were freed" (``system_freed``), which also names what was freed, for the
@@ -15,11 +28,15 @@ hooks that act on it (which gates to try first; Celery messages).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Protocol
 
 from django.db import connection, transaction
@@ -116,7 +133,11 @@ def remove_system_freed(hook: FreedHook) -> None:
 
 def _deliver(key: str) -> None:
     """Wake the waiters of ``key``; a freed notice runs the freed hooks and
-    wakes the system-task role."""
+    wakes the system-task role; a ready, park or leave notice goes to
+    ``parked``."""
+    if key[:2] in _PARKED_NOTICES:
+        parked.hear(key)
+        return
     if key.startswith(FREED_PREFIX):
         namespace_id, name, semaphores = json.loads(key[len(FREED_PREFIX) :])
         for hook in list(_freed_hooks):
@@ -128,12 +149,26 @@ def _deliver(key: str) -> None:
     hub.wake(key)
 
 
-def task_ready(namespace_id: int, queue: str, kind: str) -> None:
-    """Call inside the transaction that made a task dispatchable."""
+def task_ready(namespace_id: int, queue: str, kind: str, count: int = 1) -> None:
+    """Call inside the transaction that made ``count`` tasks of a queue
+    dispatchable: at most that many parked pollers wake when it commits."""
     if kind == "system":
         _send(SYSTEM_CHANNEL, SYSTEM_KEY)
+        return
+    notice = f"{READY}{queue_key(namespace_id, queue)}|{count}|{PROCESS}.{next(_sent)}"
+    if connection.vendor == "postgresql":
+        # Heard by every listener, this process's too, in commit order.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [TASKS_CHANNEL, notice])
     else:
-        _send(TASKS_CHANNEL, queue_key(namespace_id, queue))
+        transaction.on_commit(lambda: parked.hear(notice))
+
+
+def announce(notice: str) -> None:
+    """Send a long-poll's park or leave notice in the caller's transaction
+    (PostgreSQL; ``attempts.lease_queue``)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [TASKS_CHANNEL, notice])
 
 
 def decider_wakeup() -> None:
@@ -185,6 +220,163 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
         _send(channel, key)
 
 
+# --- one wake-up per ready task ------------------------------------------------
+# Notices on TASKS_CHANNEL, besides plain keys (which wake every waiter: a
+# freed slot or permit, which the pollers a control holds back wait for):
+#   r|<queue key>|<count>|<unique>   count tasks of the queue became ready
+#   p|<poller>|<queue key>|<until>   a poller parked, until then (epoch s)
+#   l|<poller>                       a parked poller left, having leased
+#   c|<process>                      a process began to listen: every other
+#                                    one parks its listed pollers again
+READY, PARK, LEAVE, CENSUS = "r|", "p|", "l|", "c|"
+_PARKED_NOTICES = frozenset({READY, PARK, LEAVE})
+PROCESS = f"{os.getpid()}-{secrets.token_hex(3)}"
+_sent = itertools.count()
+_pollers = itertools.count()
+
+
+@dataclass
+class _Poller:
+    key: str
+    until: float  # time.time() it gives up by
+    event: threading.Event | None = None  # this process's pollers only
+    woken: bool = False  # picked for a ready notice (no longer listed anywhere)
+
+
+class Parked:
+    """The parked long-polls of every queue, longest parked first; a ready
+    notice picks as many as it made tasks ready, and wakes those of them
+    that are this process's. On PostgreSQL each process builds the same
+    list from the notices (``hear``); on SQLite, or without a listener,
+    this process's pollers only, listed directly (``park``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listed: dict[str, dict[str, _Poller]] = {}  # queue key → poller id → poller, in park order
+        self._local: dict[str, _Poller] = {}  # this process's pollers, parked or about to be
+
+    # --- this process's pollers ------------------------------------------
+    def begin(self, key: str, until: float, event: threading.Event) -> str:
+        """A poll of ``key`` that may park; its id names it in the notices."""
+        poller_id = f"{PROCESS}.{next(_pollers)}"
+        with self._lock:
+            self._local[poller_id] = _Poller(key, until, event)
+        return poller_id
+
+    def park(self, poller_id: str) -> None:
+        """List a poller of this process directly (SQLite: no notices)."""
+        with self._lock:
+            poller = self._local.get(poller_id)
+            if poller is not None:
+                poller.woken = False
+                self._listed.setdefault(poller.key, {})[poller_id] = poller
+
+    def woken(self, poller_id: str) -> bool:
+        """Whether a ready notice picked this poller since it last parked."""
+        with self._lock:
+            poller = self._local.get(poller_id)
+            return poller is not None and poller.woken
+
+    def end(self, poller_id: str) -> None:
+        """The poll returns: forget it here (other processes drop it when it
+        leaves or its time is up)."""
+        with self._lock:
+            poller = self._local.pop(poller_id, None)
+            if poller is not None:
+                self._listed.get(poller.key, {}).pop(poller_id, None)
+
+    # --- the notices -------------------------------------------------------
+    def hear(self, notice: str) -> None:
+        kind, rest = notice[:2], notice[2:]
+        if kind == PARK:
+            poller_id, key, until = rest.split("|")
+            self._listed_park(poller_id, key, float(until))
+        elif kind == LEAVE:
+            with self._lock:
+                for listed in self._listed.values():
+                    listed.pop(rest, None)
+        elif kind == READY:
+            key, count, _ = rest.split("|")
+            for event in self.ready(key, int(count)):
+                event.set()
+
+    def _listed_park(self, poller_id: str, key: str, until: float) -> None:
+        with self._lock:
+            listed = self._listed.setdefault(key, {})
+            listed.pop(poller_id, None)  # parked again: to the back
+            poller = self._local.get(poller_id) or _Poller(key, until)
+            poller.woken, poller.until = False, until
+            listed[poller_id] = poller
+
+    def ready(self, key: str, count: int) -> list[threading.Event]:
+        """Pick up to ``count`` pollers of ``key``, longest parked first
+        (the same in every process); the events of this process's picks.
+        Were fewer listed than tasks made ready, this process's pollers of
+        ``key`` not listed yet (their park is on its way) are woken too."""
+        now = time.time()
+        events = []
+        with self._lock:
+            listed = self._listed.get(key, {})
+            picked = 0
+            for poller_id in list(listed):
+                if picked >= count:
+                    break
+                poller = listed.pop(poller_id)
+                if poller.until < now:
+                    continue  # gave up already
+                picked += 1
+                poller.woken = True
+                if poller.event is not None:
+                    events.append(poller.event)
+            if picked < count:
+                for poller_id, poller in self._local.items():
+                    if picked >= count:
+                        break
+                    if poller.key == key and poller_id not in listed and not poller.woken and poller.event:
+                        picked += 1
+                        poller.woken = True
+                        events.append(poller.event)
+            if not listed:
+                self._listed.pop(key, None)
+        return events
+
+    def notices(self, poller_id: str) -> tuple[str, str]:
+        """(park, leave): what this poller's next lease statement says of it,
+        on PostgreSQL: ``park`` if it leases nothing (it waits; '' when a
+        park of it is listed already), ``leave`` if it leases something
+        while listed."""
+        with self._lock:
+            poller = self._local.get(poller_id)
+            if poller is None:
+                return "", ""
+            listed = poller_id in self._listed.get(poller.key, {})
+        park = "" if listed else f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
+        return park, (f"{LEAVE}{poller_id}" if listed else "")
+
+    def listed(self, key: str) -> int:
+        """How many pollers of ``key`` are listed (every process's, as heard here)."""
+        with self._lock:
+            return len(self._listed.get(key, {}))
+
+    def roll_call(self) -> list[str]:
+        """Park notices of this process's listed pollers, for a process that
+        began to listen after they parked."""
+        with self._lock:
+            return [
+                f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
+                for poller_id, poller in self._local.items()
+                if poller_id in self._listed.get(poller.key, {})
+            ]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._listed.clear()
+            self._local.clear()
+
+
+parked = Parked()
+
+
 # --- the PostgreSQL listener ----------------------------------------------
 
 
@@ -200,6 +392,7 @@ class _Listener(threading.Thread):
         super().__init__(name=f"nodeflow-listener-{channel}", daemon=True)
         self.channel = channel
         self.stopping = threading.Event()
+        self.listening = threading.Event()  # LISTEN is in effect: its notices reach this process
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -221,11 +414,25 @@ class _Listener(threading.Thread):
         params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {self.channel}")
+            if self.channel == TASKS_CHANNEL:
+                # Parks sent before this LISTEN were not heard: ask for them.
+                conn.execute("SELECT pg_notify(%s, %s)", [self.channel, CENSUS + PROCESS])
+            self.listening.set()
             while not self.stopping.is_set():
-                for note in conn.notifies(timeout=self.POLL_S):
-                    _deliver(note.payload)
+                answers: list[str] = []
+                # One packet at a time (stop_after), whole: a census is
+                # answered at once, and breaking off a packet would lose the
+                # rest of it.
+                for note in conn.notifies(timeout=self.POLL_S, stop_after=1):
+                    if not note.payload.startswith(CENSUS):
+                        _deliver(note.payload)
+                    elif note.payload[len(CENSUS) :] != PROCESS:
+                        answers = parked.roll_call()
+                for notice in answers:  # parked again, in every process's list
+                    conn.execute("SELECT pg_notify(%s, %s)", [self.channel, notice])
 
 
+LISTEN_START_S = 2.0
 _listener_lock = threading.Lock()
 _listeners: dict[str, _Listener] = {}
 
@@ -240,6 +447,8 @@ def ensure_listener(channel: str = TASKS_CHANNEL) -> bool:
         if listener is None or not listener.is_alive():
             _listeners[channel] = listener = _Listener(channel)
             listener.start()
+    # A poll that parked before LISTEN took effect would not hear its own park.
+    listener.listening.wait(LISTEN_START_S)
     return True
 
 
@@ -252,3 +461,4 @@ def stop_listeners() -> None:
         listener.stopping.set()
     for listener in listeners:
         listener.join(timeout=5)
+    parked.clear()

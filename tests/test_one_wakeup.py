@@ -1,0 +1,114 @@
+"""One wake-up per ready task (executions.notify.Parked): a task made ready
+wakes one parked long-poll, not every one; in one process on both
+databases, and across processes on PostgreSQL; and no poller a wake-up
+reaches comes back empty. The pollers' periodic re-check is pushed past
+their wait, so every lease after the first is a wake-up's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from executions import attempts, dispatch, lifecycle, notify
+from metadata.taskdefs import upsert_task_definition
+from metadata.workflows import register_workflow
+from nodeflow.keys import ensure_namespace
+from tests.procs.stack import PYTHON, ROOT, live_database_url
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+QUEUE = "solo"
+WAIT_S = 6.0
+
+
+@pytest.fixture
+def namespace():
+    ns = ensure_namespace(name="default")
+    upsert_task_definition(namespace=ns, values={"name": QUEUE})
+    register_workflow(namespace=ns, body={"name": "one", "tasks": [{"name": QUEUE, "taskReferenceName": "t"}]})
+    return ns
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> None:
+    give_up = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < give_up, "timed out"
+        time.sleep(0.01)
+
+
+def test_in_one_process_a_ready_task_wakes_one_poller(namespace, monkeypatch):
+    monkeypatch.setattr(dispatch, "LISTEN_RECHECK_S", WAIT_S + 60)
+    monkeypatch.setattr(dispatch, "POLL_RECHECK_S", WAIT_S + 60)
+    leases: list[tuple[int, int]] = []
+    lease_queue = attempts.lease_queue
+
+    def counting(*args, **kwargs):
+        lease = lease_queue(*args, **kwargs)
+        leases.append((threading.get_ident(), len(lease.tasks)))
+        return lease
+
+    monkeypatch.setattr(attempts, "lease_queue", counting)
+    got: list[int] = []
+
+    def poll() -> None:
+        try:
+            got.append(len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=3)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=poll) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    key = notify.queue_key(namespace.id, QUEUE)
+    wait_for(lambda: notify.parked.listed(key) == 4)
+    lifecycle.start_execution(namespace=namespace, name="one")
+    lifecycle.start_execution(namespace=namespace, name="one")
+    for thread in threads:
+        thread.join()
+    assert sorted(got) == [0, 0, 1, 1]
+    by_poller: dict[int, list[int]] = {}
+    for thread, n in leases:
+        by_poller.setdefault(thread, []).append(n)
+    assert_one_wakeup_each(list(by_poller.values()), ready=2)
+
+
+def assert_one_wakeup_each(pollers: list[list[int]], *, ready: int) -> None:
+    """Each poller looked first (nothing there), then once more: woken
+    with a task, or at its deadline, empty. No wake-up came back empty."""
+    assert sorted(pollers) == [[0, 0]] * (len(pollers) - ready) + [[0, 1]] * ready, pollers
+
+
+@pytest.mark.postgres
+def test_across_processes_a_ready_task_wakes_one_poller(namespace):
+    if connection.vendor != "postgresql":
+        pytest.skip("across processes the wake-up is PostgreSQL's NOTIFY")
+    assert notify.ensure_listener()  # this process hears the parks too
+    key = notify.queue_key(namespace.id, QUEUE)
+    env = {**os.environ, "DATABASE_URL": live_database_url(), "PYTHONPATH": str(ROOT)}
+    processes = [
+        subprocess.Popen(
+            [PYTHON, str(ROOT / "tests" / "procs" / "pollers.py"), QUEUE, "3", str(WAIT_S), "6"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        wait_for(lambda: notify.parked.listed(key) == 6, timeout_s=30)
+        for process in processes:  # each process hears all six too
+            assert process.stdout is not None and process.stdout.readline().strip() == "listed"
+        for _ in range(2):
+            lifecycle.start_execution(namespace=namespace, name="one")
+        outputs = [process.communicate(timeout=WAIT_S + 30)[0] for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
