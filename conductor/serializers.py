@@ -106,6 +106,10 @@ class GetWorkflowQuerySerializer(StrictSerializer):
     summarize = serializers.BooleanField(required=False, default=False)
 
 
+class WorkerQuerySerializer(StrictSerializer):
+    workerid = StrictCharField(max_length=256, required=False)
+
+
 class StatusQuerySerializer(StrictSerializer):
     includeOutput = serializers.BooleanField(required=False, default=False)
     includeVariables = serializers.BooleanField(required=False, default=False)

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from rest_framework.exceptions import PermissionDenied
 
-from executions import results
-from executions.models import Task, TaskStatus
+from conductor.serializers import TaskResultSerializer
+from executions import lifecycle, results
+from executions.models import OPEN_TASK, Task, TaskStatus
 from nodeflow.auth import Principal, Scope
 from nodeflow.errors import Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
@@ -61,6 +62,29 @@ def named_task(*, namespace: Namespace, update: Update) -> Task:
     if task is None or (workflow_id and workflow_id != str(task.execution_id)):
         raise NotFound(f"task '{task_id}' does not exist")
     return task
+
+
+def by_reference(
+    *, namespace: Namespace, workflow_id: str, ref: str, status: str, output: object, worker_id: str | None
+) -> Update:
+    """Conductor's update by reference name (``tasks/{workflowId}/{ref}/{status}``)
+    as an update of the open task of that name in the workflow's current
+    run (its latest, inside a loop), fenced as every update is."""
+    execution = lifecycle.get_execution(namespace=namespace, execution_id=workflow_id)
+    task = (
+        Task.objects.filter(execution=execution, run=execution.run, ref=ref, status__in=OPEN_TASK)
+        .order_by("-seq")
+        .only("id")
+        .first()
+    )
+    if task is None:
+        raise NotFound(f"workflow '{execution.id}' has no task '{ref}' in progress")
+    body = {"taskId": str(task.id), "workflowInstanceId": str(execution.id), "status": status, "outputData": output}
+    if worker_id:
+        body["workerId"] = worker_id
+    serializer = TaskResultSerializer(data=body)
+    serializer.is_valid(raise_exception=True)
+    return Update(dict(serializer.validated_data))
 
 
 def unleased(task: Task) -> bool:

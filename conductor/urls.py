@@ -12,6 +12,8 @@ urlpatterns = [
     path("tasks/poll/batch/<str:task_type>", views.BatchPollView.as_view()),
     path("tasks/poll/<str:task_type>", views.PollView.as_view()),
     path("tasks/<str:task_id>", views.TaskView.as_view()),
+    path("tasks/<str:workflow_id>/<str:task_ref>/<str:status>", views.UpdateByReferenceView.as_view()),
+    path("tasks/<str:workflow_id>/<str:task_ref>/<str:status>/sync", views.UpdateByReferenceSyncView.as_view()),
     path("metadata/taskdefs", views.TaskDefsView.as_view()),
     path("metadata/taskdefs/<str:name>", views.TaskDefView.as_view()),
     path("metadata/workflow", views.WorkflowDefsView.as_view()),

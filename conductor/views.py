@@ -36,6 +36,7 @@ from conductor.serializers import (
     TerminateQuerySerializer,
     TokenRequestSerializer,
     VersionQuerySerializer,
+    WorkerQuerySerializer,
     query,
 )
 from conductor.shapes import RunOf, task_view, taskdef_view, workflow_status, workflow_view, workflowdef_view
@@ -251,6 +252,47 @@ class UpdateTaskV2View(ConductorView):
         _, leased = updates.apply(namespace=self.namespace, update=update, principal=request.user, lease_next=True)
         found = _conductor_tasks(leased)
         return Response(found[0]) if found else Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class UpdateByReferenceView(ConductorView):
+    """``tasks/{workflowId}/{taskRefName}/{status}``: the body is the output."""
+
+    scopes = UPDATE_SCOPES
+
+    @extend_schema(
+        summary="Report the result of a workflow's open task named by its reference; answers its id as text",
+        parameters=[WorkerQuerySerializer],
+        request=OpenApiTypes.OBJECT,
+        responses={(200, TEXT): OpenApiTypes.STR},
+    )
+    def post(self, request, ns, workflow_id, task_ref, status):
+        task = self.update(request, workflow_id, task_ref, status)
+        return text(str(task.id))
+
+    def update(self, request, workflow_id: str, task_ref: str, status: str) -> Task:
+        update = updates.by_reference(
+            namespace=self.namespace,
+            workflow_id=workflow_id,
+            ref=task_ref,
+            status=status,
+            output=request.data,
+            worker_id=query(WorkerQuerySerializer, request).get("workerid"),
+        )
+        task, _ = updates.apply(namespace=self.namespace, update=update, principal=request.user)
+        return task
+
+
+class UpdateByReferenceSyncView(UpdateByReferenceView):
+    @extend_schema(
+        summary="The same, answering the workflow as it is after the update",
+        parameters=[WorkerQuerySerializer],
+        request=OpenApiTypes.OBJECT,
+        responses=CONDUCTOR_WORKFLOW,
+    )
+    def post(self, request, ns, workflow_id, task_ref, status):
+        task = self.update(request, workflow_id, task_ref, status)
+        execution = lifecycle.get_execution(namespace=self.namespace, execution_id=task.execution_id)
+        return Response(workflow_view(execution, executor.read_run(execution)))
 
 
 class TaskView(ConductorView):

@@ -437,6 +437,31 @@ def test_a_wait_with_no_duration_is_completed_by_a_task_update_as_on_conductor(a
     assert workflow(admin, timed)["status"] == "RUNNING"
 
 
+def test_a_task_is_updated_by_its_reference_name(admin, worker):
+    developer = conductor_for("developer")
+    steps = [{"name": "approval", "taskReferenceName": "approval", "type": "WAIT"}]
+    register(admin, {"name": "approve", "tasks": steps, "outputParameters": {"by": "${approval.output.by}"}})
+    workflow_id = start(admin, "approve")
+    response = developer.post(f"tasks/{workflow_id}/approval/COMPLETED", {"by": "bob"})
+    assert response.status_code == 200 and response["content-type"].startswith("text/plain")
+    assert response.content.decode() == workflow(admin, workflow_id)["tasks"][0]["taskId"]
+    assert workflow(admin, workflow_id)["output"] == {"by": "bob"}
+    assert_conductor_error(developer.post(f"tasks/{workflow_id}/approval/COMPLETED", {}), 404)  # no longer open
+
+    register(admin, PAY, CHARGE, NOTIFY)
+    paid = start(admin, "pay")
+    [task] = poll(worker, "charge")
+    assert_conductor_error(worker.post(f"tasks/{paid}/charge/COMPLETED?workerid=w2", {}), 409)
+    assert_conductor_error(worker.post(f"tasks/{paid}/charge/COMPLETED", {}), 400, "workerId")
+    assert_conductor_error(worker.post(f"tasks/{paid}/charge/DONE?workerid=w1", {}), 400, "status")
+    assert_conductor_error(worker.post(f"tasks/{paid}/charge/COMPLETED?workerid=w1", [1]), 400, "outputData")
+    assert_conductor_error(worker.post(f"tasks/{paid}/nope/COMPLETED?workerid=w1", {}), 404)
+    view = worker.post(f"tasks/{paid}/charge/COMPLETED/sync?workerid=w1", {"id": "ch_9"}).json()
+    assert view["workflowId"] == paid and view["tasks"][0]["outputData"] == {"id": "ch_9"}
+    assert [t["referenceTaskName"] for t in view["tasks"]] == ["charge", "notify"]
+    assert Task.objects.get(pk=task["taskId"]).status == "COMPLETED"
+
+
 def test_a_developer_may_not_report_a_leased_task(admin, worker):
     register(admin, PAY, CHARGE, NOTIFY)
     start(admin, "pay")

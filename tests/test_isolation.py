@@ -147,6 +147,12 @@ ROUTES: dict[tuple[str, str], Case] = {
         "api/tasks/poll/batch/{taskdef}?workerid=w&timeout=0", None, 200, 403, 200
     ),
     ("GET", "api/tasks/poll/<str:task_type>"): Case("api/tasks/poll/{taskdef}?workerid=w", None, 204, 403, 204),
+    ("POST", "api/tasks/<str:workflow_id>/<str:task_ref>/<str:status>"): Case(
+        "api/tasks/{execution}/a/IN_PROGRESS?workerid={worker_id}", {"step": 1}, 200, 403, 200
+    ),
+    ("POST", "api/tasks/<str:workflow_id>/<str:task_ref>/<str:status>/sync"): Case(
+        "api/tasks/{execution}/a/IN_PROGRESS/sync?workerid={worker_id}", {"step": 1}, 200, 403, 200
+    ),
     ("GET", "api/tasks/<str:task_id>"): Case("api/tasks/{task}", None, 200, 200, 200),
     ("GET", "api/metadata/taskdefs"): Case("api/metadata/taskdefs", None, 200, 200, 200),
     ("POST", "api/metadata/taskdefs"): Case("api/metadata/taskdefs", [{"name": "fresh"}], 200, 200, 403),
@@ -196,6 +202,7 @@ def build_world(admin: Api, worker: Api, ns: str) -> dict:
         "webhook": f"{ns}_paid",
         "correlation": f"{ns}_corr",
         "secret": f"{ns}_signing",
+        "worker_id": f"{ns}_worker",
     }
     assert admin.post(TD, {"name": world["taskdef"]}).status_code == 201
     assert admin.put(f"semaphores/{world['semaphore']}", {"permits": 2}).status_code == 201
@@ -218,7 +225,7 @@ def build_world(admin: Api, worker: Api, ns: str) -> dict:
     world["webhook_task"] = task_at(waiting, "w")["taskId"]
     execution = start(admin, world["workflow"], correlationId=world["correlation"])
     world["execution"] = execution["id"]
-    [leased] = poll(worker, world["taskdef"], worker=f"{ns}_worker")
+    [leased] = poll(worker, world["taskdef"], worker=world["worker_id"])
     world["task"], world["lease"] = leased["taskId"], leased["leaseToken"]
     world["batch"] = [{"taskId": leased["taskId"], "leaseToken": leased["leaseToken"], "status": "IN_PROGRESS"}]
     assert (
