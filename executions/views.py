@@ -49,9 +49,7 @@ class ExecutionListView(NamespacedView):
         responses=EXECUTION_PAGE,
     )
     def get(self, request, ns):
-        query = ListExecutionsSerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.query(ListExecutionsSerializer)
         rows = Execution.objects.filter(namespace=self.namespace)
         for field, column in (("status", "status"), ("name", "name"), ("correlationId", "correlation_id")):
             if field in params:
@@ -117,10 +115,9 @@ class ExecutionDetailView(NamespacedView):
         responses=EXECUTION,
     )
     def get(self, request, ns, execution_id):
-        query = ExecutionViewSerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
+        params = self.query(ExecutionViewSerializer)
         execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
-        if not query.validated_data["includeTasks"]:
+        if not params["includeTasks"]:
             return Response(execution_view(execution))
         rows = Task.objects.filter(execution_id=execution.id)
         shown, more = task_page(rows, run=execution.run, cursor=None, limit=settings.NODE_FLOW_EXECUTION_VIEW_TASKS)
@@ -145,9 +142,7 @@ class ExecutionTasksView(NamespacedView):
         responses=TASK_PAGE,
     )
     def get(self, request, ns, execution_id):
-        query = ListTasksSerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.query(ListTasksSerializer)
         execution = lifecycle.get_execution(namespace=self.namespace, execution_id=execution_id)
         rows = Task.objects.filter(execution_id=execution.id)
         if "status" in params:

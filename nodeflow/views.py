@@ -27,6 +27,13 @@ class NamespacedView(APIView):
         _refuse_large_body(request)
         _refuse_nul_in_path(kwargs)
 
+    def query(self, serializer_class) -> dict:
+        """The request's query parameters, validated by ``serializer_class``
+        (a 400 naming the field otherwise)."""
+        query = serializer_class(data=self.request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        return query.validated_data
+
     @cached_property
     def namespace(self) -> Namespace:
         name = self.kwargs["ns"]
