@@ -530,7 +530,7 @@ def complete_waiting(task_id: uuid.UUID, *, type_: str, now: dt.datetime, output
     if output is not None:
         values["output"] = output
     updated = sql.update(Task, values=values, where={"id": task_id, "status": TaskStatus.IN_PROGRESS})
-    metrics.record_type_end(type_, TaskStatus.COMPLETED, updated)
+    metrics.record_type_end(type_, TaskStatus.COMPLETED, updated, task_id=task_id)
     return bool(updated)
 
 

@@ -45,8 +45,8 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     if wait_s <= 0:
         lease = attempts.lease_queue(namespace.id, queue, worker_id, count)
         metrics.record_dispatch(lease.tasks)
-        _count_held_back(lease, set())
-        return lease.tasks
+        _count_held_back(lease, set(), namespace.id)
+        return metrics.polled(namespace.id, queue, lease.tasks)
     queue_key = notify.queue_key(namespace.id, queue)
     keys = {queue_key}
     listening = notify.ensure_listener()
@@ -66,10 +66,10 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             park, leave = notify.parked.notices(poller) if listening else ("", "")
             lease = attempts.lease_queue(namespace.id, queue, worker_id, count, park=park, leave=leave)
             metrics.record_dispatch(lease.tasks)
-            _count_held_back(lease, held_back)
+            _count_held_back(lease, held_back, namespace.id)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
-                return lease.tasks
+                return metrics.polled(namespace.id, queue, lease.tasks)
             if not listening:
                 notify.parked.park(poller)
             event.wait(min(remaining, recheck, _next_window_in(lease)))
@@ -82,11 +82,11 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
         notify.parked.end(poller)
 
 
-def _count_held_back(lease: attempts.Lease, counted: set[str]) -> None:
+def _count_held_back(lease: attempts.Lease, counted: set[str], namespace_id: int) -> None:
     blocker = lease.gate.blocker if lease.gate is not None else None
     if blocker is not None and blocker.control not in counted:
         counted.add(blocker.control)
-        quota_metrics.record_refusal(blocker.control)
+        quota_metrics.record_refusal(blocker.control, namespace_id)
 
 
 def _next_window_in(lease: attempts.Lease) -> float:
@@ -160,7 +160,7 @@ def lease_system_task(task_id, *, worker_id: str) -> attempts.Lease:
     lease = attempts.Lease(found)
     if not found and named:
         lease = attempts.lease_gated(attempts.Pick(*named[0], system=True, task_id=task_id), worker_id, 1, token)
-        _count_held_back(lease, set())
+        _count_held_back(lease, set(), named[0][0])
     metrics.record_dispatch(lease.tasks)
     return lease
 
@@ -227,7 +227,7 @@ class _SystemGroups:
             else:
                 self._known[group] = None
         if refused is not None:
-            quota_metrics.record_refusal(refused.control)
+            quota_metrics.record_refusal(refused.control, group[0])
 
     def freed(self, namespace_id: int, name: str | None, semaphores: tuple[str, ...]) -> None:
         """A slot of ``name`` or permits of ``semaphores`` were freed

@@ -75,6 +75,7 @@ DECIDING_EXECUTION_FIELDS = (
     "run",
     "evaluated_at",
     "deadline",
+    "started_at",  # the workflow-duration metric, read when it ends (nodeflow.metrics)
 )
 DECIDING_TASK_FIELDS = (
     "id",
@@ -458,6 +459,7 @@ def start(
             return Execution.objects.get(namespace=namespace, idempotency_key=idempotency_key), False
         if admitted is not None:
             admission.take_ticket(execution=execution, admitted=admitted)
+        metrics.record_workflow_start(execution)
         return execution, True
 
 
@@ -504,6 +506,7 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution | None:
     )
     decide_new(child)
     attempts.link_child(request.task_id, child_id=child.id)
+    metrics.record_workflow_start(child)
     return child
 
 
@@ -529,6 +532,7 @@ def after_end(execution: Execution, ending: Ending) -> None:
     or timed-out run starts its failureWorkflow; and a run holding an
     admission slot hands it to the next in line. In that order: the lock
     order of every start (quota row, definition, bucket)."""
+    metrics.record_workflow_end(execution, ending.status)
     if execution.parent_execution_id:
         request_decision(execution.parent_execution_id)
     else:
@@ -686,7 +690,7 @@ def _settle(execution: Execution, decision: Decision) -> None:
 
 def _follow_up(execution: Execution, decision: Decision) -> None:
     """The parts of a decision that reach beyond the execution's own rows."""
-    metrics.record_decision(decision)
+    metrics.record_decision(decision, execution)
     for task_id, message_ids in decision.consumed_messages.items():
         Message.objects.filter(pk__in=message_ids, consumed_by__isnull=True).update(consumed_by=task_id)
     for child in decision.children:

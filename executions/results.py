@@ -17,7 +17,7 @@ from typing import Any
 
 from executions import attempts, dispatch, executor, runs, sql
 from executions.models import Execution, ExecutionStatus, Task, TaskStatus
-from nodeflow import clock, transactions
+from nodeflow import clock, metrics, transactions
 from nodeflow.errors import ApiError, Conflict, InvalidField, NotFound
 from nodeflow.models import Namespace
 
@@ -33,7 +33,8 @@ class Result:
     logs: list = field(default_factory=list)
 
 
-def _stale(task: Task, lease_token: str | None = None) -> Conflict:
+def _stale(task: Task, lease_token: str | None = None, route: str = "result") -> Conflict:
+    metrics.conflict(task, lease_token, route)
     if task.status == TaskStatus.CANCELED:
         return Conflict("the task was canceled", taskStatus=task.status)
     if task.status != TaskStatus.IN_PROGRESS:
@@ -236,7 +237,7 @@ def heartbeat(*, namespace: Namespace, task_id: uuid.UUID, lease_token: str, pro
         raise NotFound(f"task '{task_id}' does not exist")
     now = clock.now()
     if not attempts.lease_is_live(task, lease_token=lease_token, now=now):
-        raise _stale(task, lease_token)
+        raise _stale(task, lease_token, route="heartbeat")
     if not attempts.renew(task, lease_token=lease_token, now=now, progress=progress):
-        raise _stale(Task.objects.get(pk=task_id), lease_token)
+        raise _stale(Task.objects.get(pk=task_id), lease_token, route="heartbeat")
     return task

@@ -55,7 +55,7 @@ def _fire(timer: Timer, now: dt.datetime) -> None:
 
 def _timed_out(execution: Execution, task: Task, reason: str, now: dt.datetime, *, timeout: str) -> None:
     policy = task.policy.get("timeoutPolicy") or "RETRY"
-    metrics.record_timeout(timeout, policy)
+    metrics.record_timeout(timeout, policy, execution.namespace_id)
     if policy == "ALERT_ONLY":
         log.warning("ALERT_ONLY: task %s of %s: %s", task.path, execution.id, reason)
         return
@@ -72,12 +72,12 @@ def _workflow_timeout(execution: Execution, timer: Timer, now: dt.datetime) -> N
     only alerts. A timer armed for an earlier run (before a retry or a
     restart re-armed) finds its deadline gone and does nothing."""
     if execution.deadline is not None and execution.deadline <= now:
-        metrics.record_timeout("workflow", "TIME_OUT_WF")
+        metrics.record_timeout("workflow", "TIME_OUT_WF", execution.namespace_id)
         executor.end(execution, status=ExecutionStatus.TIMED_OUT, reason=deadline_reason(execution.deadline))
         return
     workflow = executor.workflow_of(execution)
     if workflow.get("timeoutPolicy") == "ALERT_ONLY" and _armed_by_this_run(execution, workflow, timer):
-        metrics.record_timeout("workflow", "ALERT_ONLY")
+        metrics.record_timeout("workflow", "ALERT_ONLY", execution.namespace_id)
         log.warning(
             "ALERT_ONLY: execution %s passed its timeoutSeconds (%s s)", execution.id, workflow.get("timeoutSeconds")
         )

@@ -25,12 +25,14 @@ import datetime as dt
 import functools
 import hmac
 import logging
-from collections import Counter as Tally
+import os
+import platform
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol, overload
 
+import django
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import (
@@ -39,6 +41,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    ProcessCollector,
     generate_latest,
     values,
 )
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
 
     from executions.decider.decision import Decision
+    from executions.models import Execution, Task
+
 
 log = logging.getLogger(__name__)
 
@@ -58,32 +63,103 @@ OPEN = frozenset({"SCHEDULED", "IN_PROGRESS"})
 ENDED = frozenset(
     {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED", "SKIPPED"}
 )
+# The statuses a task attempt is counted ending in (COMPLETED_WITH_ERRORS
+# relabels an attempt already counted FAILED) and a workflow ends in.
+TASK_END_STATUSES = ("COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED", "SKIPPED")
+WORKFLOW_END_STATUSES = ("COMPLETED", "FAILED", "TIMED_OUT", "TERMINATED")
+POLL_OUTCOMES = ("tasks", "empty")
+CONFLICT_ROUTES = ("result", "heartbeat")
+CONFLICT_REASONS = ("canceled", "ended", "lease_expired", "lease_lost")
+TIMEOUT_CLASSES = ("workflow", "scheduleToStart", "startToClose", "heartbeat", "total")
+TIMEOUT_POLICIES = ("RETRY", "TIME_OUT_WF", "ALERT_ONLY")
+FIXED_CONTROLS = (
+    "maxConcurrentExecutions",
+    "quota:maxConcurrentExecutions",
+    "quota:maxExecutionsPerMinute",
+    "quota:maxWorkflowDefinitions",
+    "quota:maxSchedules",
+    "concurrentExecLimit",
+    "rateLimit",
+)
 # From a long-poll's wake-up (milliseconds) to a backlog drained an hour late.
 DISPATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+# A worker's attempt: an inline step (ms) to a long batch job (a day).
+TASK_EXECUTION_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400)
+# A run: a few steps (a fraction of a second) to one that waits for a week.
+WORKFLOW_DURATION_BUCKETS_S = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400, 604800)
+# An API answer; a long poll holds its request up to its waitSeconds (≤ 60 s).
+HTTP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+# Events carry the namespace's id as "#<id>" (no query on the hot path; a
+# namespace name cannot hold "#", a URL fragment mark); scrapes show its name.
+NAMESPACE_ID_MARK = "#"
 
 TASK_RETRIES = Counter(
-    "nodeflow_task_retries", "Retries scheduled (attempts after the first), by task name.", ["task_type"]
+    "nodeflow_task_retries", "Retries scheduled (attempts after the first), by task name.", ["namespace", "task_type"]
 )
 RETRY_BUDGET_REFUSALS = Counter(
     "nodeflow_retry_budget_refusals",
     "Failures not retried because the task definition's retry budget was spent.",
-    ["task_type"],
+    ["namespace", "task_type"],
 )
 TIMEOUTS = Counter(
     "nodeflow_timeouts",
     "Timeouts that fired, by class (workflow, scheduleToStart, startToClose, heartbeat, total) and policy.",
-    ["timeout", "policy"],
+    ["namespace", "timeout", "policy"],
 )
 TASKS_ENDED = Counter(
     "nodeflow_tasks_ended",
     "Task attempts that ended, by task type and the status they ended in.",
-    ["task_type", "status"],
+    ["namespace", "task_type", "status"],
 )
 DISPATCH_LATENCY = Histogram(
     "nodeflow_dispatch_latency_seconds",
     "From when a task became available (scheduled, retry delay over, put back) to its lease.",
-    ["task_type"],
+    ["namespace", "task_type"],
     buckets=DISPATCH_BUCKETS_S,
+)
+TASK_EXECUTION = Histogram(
+    "nodeflow_task_execution_seconds",
+    "Task attempts that ended after they started: from startedAt to their end, by the status they ended in.",
+    ["namespace", "task_type", "status"],
+    buckets=TASK_EXECUTION_BUCKETS_S,
+)
+WORKFLOWS_STARTED = Counter(
+    "nodeflow_workflows_started",
+    "Executions created (roots and SUB_WORKFLOW children), by workflow name.",
+    ["namespace", "workflow"],
+)
+WORKFLOWS_ENDED = Counter(
+    "nodeflow_workflows_ended",
+    "Executions that ended, by workflow name and terminal status.",
+    ["namespace", "workflow", "status"],
+)
+WORKFLOW_DURATION = Histogram(
+    "nodeflow_workflow_duration_seconds",
+    "Executions that ended: from startedAt to endedAt, by workflow name and terminal status.",
+    ["namespace", "workflow", "status"],
+    buckets=WORKFLOW_DURATION_BUCKETS_S,
+)
+POLLS = Counter(
+    "nodeflow_polls",
+    "Worker polls answered, by queue and outcome (tasks: at least one task leased; empty: none).",
+    ["namespace", "queue", "outcome"],
+)
+CONFLICTS = Counter(
+    "nodeflow_task_conflicts",
+    "Results and heartbeats answered 409, by route kind and reason.",
+    ["namespace", "route", "reason"],
+)
+HTTP_REQUESTS = Counter(
+    "nodeflow_http_requests",
+    "HTTP requests answered, by route pattern, method and status.",
+    ["namespace", "route", "method", "status_class", "code"],
+)
+HTTP_DURATION = Histogram(
+    "nodeflow_http_request_duration_seconds",
+    "Time to answer an HTTP request, by route pattern and method.",
+    ["namespace", "route", "method"],
+    buckets=HTTP_BUCKETS_S,
 )
 
 
@@ -96,6 +172,7 @@ class TaskLike(Protocol):
 
 
 class LeasedTask(TaskLike, Protocol):
+    namespace_id: int
     available_at: dt.datetime | None
     started_at: dt.datetime | None
 
@@ -104,6 +181,11 @@ def task_type(task: TaskLike) -> str:
     """The ``task_type`` label: a SIMPLE task's definition name, else the
     task's type (HTTP, SWITCH, WAIT…), so the label set stays bounded."""
     return task.task_def_name if task.kind == "worker" else task.type
+
+
+def ns(namespace_id: int | None) -> str:
+    """The ``namespace`` label an event is recorded with ("" when none)."""
+    return f"{NAMESPACE_ID_MARK}{namespace_id}" if namespace_id is not None else ""
 
 
 @overload
@@ -118,7 +200,8 @@ def _child(metric: Counter | Histogram, labels: tuple[str, ...]) -> Counter | Hi
     return metric.labels(*labels)
 
 
-Increments = list[tuple[Counter, tuple[str, ...], float]]
+# (metric, labels, amount): a counter's increment or a histogram's observation.
+Increments = list[tuple[Counter | Histogram, tuple[str, ...], float]]
 
 
 def _after_commit(increments: Increments) -> None:
@@ -127,23 +210,47 @@ def _after_commit(increments: Increments) -> None:
 
 
 def _increment(increments: Increments) -> None:
-    for counter, labels, amount in increments:
-        _child(counter, labels).inc(amount)
+    # After the commit: a failure here is logged, never the request's.
+    try:
+        for metric, labels, amount in increments:
+            child = _child(metric, labels)
+            if isinstance(child, Histogram):
+                child.observe(max(0.0, amount))
+            else:
+                child.inc(amount)
+    except Exception:  # metrics must never fail the work they count
+        log.exception("metrics: could not record")
+
+
+def _seconds(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
+    return (end - start).total_seconds() if start is not None and end is not None else None
+
+
+def _ended(namespace: str, task: TaskLike, status: str, end: dt.datetime | None, count: float = 1.0) -> Increments:
+    """A task attempt's end: the counter, and its execution time if it started."""
+    labels = (namespace, task_type(task), status)
+    increments: Increments = [(TASKS_ENDED, labels, count)]
+    seconds = _seconds(getattr(task, "started_at", None), end or clock.now())
+    if seconds is not None:
+        increments += [(TASK_EXECUTION, labels, seconds)] * int(count)
+    return increments
 
 
 # --- recorders (called by the services) --------------------------------------
 
 
-def record_decision(decision: Decision) -> None:
+def record_decision(decision: Decision, execution: Execution) -> None:
     """Count a decision's retries, budget refusals and the attempts it ended
     (created ended, or moved from open to ended), once it commits. A row
     that ended before (a worker's FAILED) and is only relabelled now (an
     optional task's COMPLETED_WITH_ERRORS) was counted when it ended."""
-    increments: Increments = [(TASK_RETRIES, (name,), 1.0) for name in decision.retries]
-    increments += [(RETRY_BUDGET_REFUSALS, (name,), 1.0) for name in decision.budget_refusals]
+    namespace = ns(execution.namespace_id)
+    increments: Increments = [(TASK_RETRIES, (namespace, name), 1.0) for name in decision.retries]
+    increments += [(RETRY_BUDGET_REFUSALS, (namespace, name), 1.0) for name in decision.budget_refusals]
     ended = [row for row in decision.created if row.status in ENDED]
     ended += [row for row in decision.updated if row.status in ENDED and row.read_status in OPEN]
-    increments += [(TASKS_ENDED, (task_type(row), row.status), 1.0) for row in ended]
+    for row in ended:
+        increments += _ended(namespace, row, row.status, row.ended_at)
     _after_commit(increments)
 
 
@@ -151,50 +258,118 @@ def record_task_end(task: TaskLike, status: str | None, count: int = 1) -> None:
     """Count ``count`` attempts of ``task``'s type ended in ``status`` once
     it commits; a status that is not an end (a put-back) counts nothing."""
     if status in ENDED and count:
-        _after_commit([(TASKS_ENDED, (task_type(task), status), float(count))])
+        _after_commit(_ended(ns(getattr(task, "namespace_id", None)), task, status, task_end(task), float(count)))
+
+
+def task_end(task: TaskLike) -> dt.datetime | None:
+    return getattr(task, "ended_at", None)
 
 
 def record_task_ends(ends: Iterable[tuple[TaskLike, str | None]]) -> None:
     """``record_task_end`` for many (task, status) pairs: a batch of results
     registers one commit hook, not one per task."""
-    tally = Tally((task_type(task), status) for task, status in ends if status in ENDED)
-    _after_commit([(TASKS_ENDED, labels, float(n)) for labels, n in tally.items()])
+    increments: Increments = []
+    for task, status in ends:
+        if status in ENDED:
+            increments += _ended(ns(getattr(task, "namespace_id", None)), task, status, task_end(task))
+    _after_commit(increments)
 
 
-def record_type_end(type_: str, status: str, count: int = 1) -> None:
-    """``record_task_end`` for a caller that knows only the task's type."""
-    if status in ENDED and count:
-        _after_commit([(TASKS_ENDED, (type_, status), float(count))])
+def record_type_end(type_: str, status: str, count: int = 1, *, task_id: object = None) -> None:
+    """``record_task_end`` for a caller that knows only the task's type (and
+    id: a WAIT or a webhook's task, whose namespace and start are read by
+    primary key; never on the worker path)."""
+    if status not in ENDED or not count:
+        return
+    from executions.models import Task
+
+    found = Task.objects.filter(pk=task_id).values_list("namespace_id", "started_at").first() if task_id else None
+    namespace_id, started_at = found or (None, None)
+    labels = (ns(namespace_id), type_, status)
+    increments: Increments = [(TASKS_ENDED, labels, float(count))]
+    seconds = _seconds(started_at, clock.now())
+    if seconds is not None:
+        increments.append((TASK_EXECUTION, labels, seconds))
+    _after_commit(increments)
 
 
 def record_canceled(tasks: QuerySet) -> None:
     """Count the open tasks of ``tasks`` that are about to be canceled (one
     query: terminate and the workflow timeout only, never the hot path)."""
-    rows = tasks.values_list("kind", "type", "task_def_name")
-    tally = Tally(name if kind == "worker" else type_ for kind, type_, name in rows)
-    _after_commit([(TASKS_ENDED, (label, "CANCELED"), float(n)) for label, n in tally.items()])
+    now = clock.now()
+    increments: Increments = []
+    for namespace_id, kind, type_, name, started_at in tasks.values_list(
+        "namespace_id", "kind", "type", "task_def_name", "started_at"
+    ):
+        labels = (ns(namespace_id), name if kind == "worker" else type_, "CANCELED")
+        increments.append((TASKS_ENDED, labels, 1.0))
+        if started_at is not None:
+            increments.append((TASK_EXECUTION, labels, (now - started_at).total_seconds()))
+    _after_commit(increments)
 
 
 def record_dispatch(tasks: Iterable[LeasedTask]) -> None:
     """Observe the dispatch latency of leased rows, from the rows the
     dequeue returned (``started_at`` is the lease's instant)."""
-    observed = [
-        (task_type(task), (task.started_at - task.available_at).total_seconds())
-        for task in tasks
-        if task.started_at is not None and task.available_at is not None
-    ]
-    if observed:
-        transaction.on_commit(functools.partial(_observe_dispatch, observed))
+    _after_commit(
+        [
+            (DISPATCH_LATENCY, (ns(task.namespace_id), task_type(task)), seconds)
+            for task in tasks
+            if (seconds := _seconds(task.available_at, task.started_at)) is not None
+        ]
+    )
 
 
-def _observe_dispatch(observed: list[tuple[str, float]]) -> None:
-    for label, seconds in observed:
-        _child(DISPATCH_LATENCY, (label,)).observe(max(0.0, seconds))
+def polled[T](namespace_id: int, queue: str, tasks: list[T]) -> list[T]:
+    """Count a worker poll's answer (``tasks`` leased, or none) and return it."""
+    _after_commit([(POLLS, (ns(namespace_id), queue, "tasks" if tasks else "empty"), 1.0)])
+    return tasks
 
 
-def record_timeout(timeout: str, policy: str) -> None:
+def record_timeout(timeout: str, policy: str, namespace_id: int | None = None) -> None:
     """Count a timeout that fired (ALERT_ONLY ones included) once it commits."""
-    _after_commit([(TIMEOUTS, (timeout, policy), 1.0)])
+    _after_commit([(TIMEOUTS, (ns(namespace_id), timeout, policy), 1.0)])
+
+
+def record_workflow_start(execution: Execution) -> None:
+    """Count a new execution once it commits."""
+    _after_commit([(WORKFLOWS_STARTED, (ns(execution.namespace_id), execution.name), 1.0)])
+
+
+def record_workflow_end(execution: Execution, status: str) -> None:
+    """Count an execution's end and observe its duration once it commits."""
+    labels = (ns(execution.namespace_id), execution.name, status)
+    increments: Increments = [(WORKFLOWS_ENDED, labels, 1.0)]
+    # Only columns already read: a deferred one would cost a query here.
+    loaded = execution.__dict__
+    seconds = _seconds(loaded.get("started_at"), loaded.get("ended_at") or clock.now())
+    if seconds is not None:
+        increments.append((WORKFLOW_DURATION, labels, seconds))
+    _after_commit(increments)
+
+
+def conflict(task: Task, lease_token: str | None, route: str) -> None:
+    """Count a result or heartbeat refused with 409, at once (the refused
+    transaction rolls back; the refusal stands). The reason, from the row."""
+    if task.status == "CANCELED":
+        reason = "canceled"
+    elif task.status != "IN_PROGRESS":
+        reason = "ended"
+    elif lease_token is not None and task.lease_token == lease_token:
+        reason = "lease_expired"
+    else:
+        reason = "lease_lost"
+    try:
+        _child(CONFLICTS, (ns(task.namespace_id), route, reason)).inc()
+    except Exception:  # metrics must never fail the work they count
+        log.exception("metrics: could not record")
+
+
+def record_http(namespace: str, route: str, method: str, status: int, seconds: float) -> None:
+    """Count an answered HTTP request (at once: the answer was given)."""
+    code = str(status)
+    _child(HTTP_REQUESTS, (namespace, route, method, f"{code[0]}xx", code)).inc()
+    _child(HTTP_DURATION, (namespace, route, method)).observe(max(0.0, seconds))
 
 
 # --- state read from the database at scrape time -----------------------------
@@ -242,10 +417,27 @@ class DatabaseCollector:
         from nodeflow.models import Namespace
 
         names = dict(Namespace.objects.values_list("id", "name"))
+        yield from self._running(names)
         yield from self._queues(names)
         yield from self._semaphores(names, now)
         yield from self._breakers(names, now)
         yield from self._lags(now)
+
+    def _running(self, names: dict[int, str]) -> Iterator[Metric]:
+        from executions.models import Execution, ExecutionStatus
+        from metadata.models import WorkflowDefinition
+
+        running = Execution.objects.filter(status=ExecutionStatus.RUNNING).values_list("namespace_id", "name")
+        counts = {(ns_id, name): float(n) for ns_id, name, n in running.annotate(n=Count("id"))}
+        # Every defined workflow, zeros included, so dashboards show 0 rather than no data.
+        for key in WorkflowDefinition.objects.values_list("namespace_id", "name"):
+            counts.setdefault(key, 0.0)
+        yield _gauge(
+            "nodeflow_executions_running",
+            "Executions RUNNING now (not PAUSED, not waiting for admission), by workflow name.",
+            ["namespace", "workflow"],
+            [((names.get(ns_id, str(ns_id)), name), n) for (ns_id, name), n in sorted(counts.items())],
+        )
 
     def _queues(self, names: dict[int, str]) -> Iterator[Metric]:
         from executions.models import Task, TaskStatus
@@ -337,6 +529,145 @@ class DatabaseCollector:
             yield _gauge(f"nodeflow_{count_name}", f"How many {what} are due and not yet handled.", [], [((), n)])
 
 
+# --- events as scraped: namespace names, and zeros for what has not happened --
+
+
+# The counters whose known label sets are served as 0 before their first
+# event: family → (help, label names, which label sets). Counters only: a
+# histogram's buckets would need zeros too and would double a scrape's size.
+def _zero_sets(catalog: Catalog) -> Iterator[tuple[str, str, tuple[str, ...], list[tuple[str, ...]]]]:
+    spaces = sorted(catalog.names.values())
+    task_defs: list[tuple[str, ...]] = [(n, t) for n in spaces for t in catalog.task_defs.get(n, ())]
+    workflows: list[tuple[str, ...]] = [(n, w) for n in spaces for w in catalog.workflows.get(n, ())]
+    families: list[tuple[Counter, list[tuple[str, ...]]]] = [
+        (TASKS_ENDED, [(n, t, s) for n, t in task_defs for s in TASK_END_STATUSES]),
+        (TASK_RETRIES, task_defs),
+        (RETRY_BUDGET_REFUSALS, task_defs),
+        (TIMEOUTS, [(n, c, p) for n in spaces for c in TIMEOUT_CLASSES for p in TIMEOUT_POLICIES]),
+        (WORKFLOWS_STARTED, workflows),
+        (WORKFLOWS_ENDED, [(n, w, s) for n, w in workflows for s in WORKFLOW_END_STATUSES]),
+        (POLLS, [(n, t, o) for n, t in task_defs for o in POLL_OUTCOMES]),
+        (CONFLICTS, [(n, r, why) for n in spaces for r in CONFLICT_ROUTES for why in CONFLICT_REASONS]),
+    ]
+    for metric, label_sets in families:
+        (family,) = metric.describe()
+        yield family.name, family.documentation, tuple(metric._labelnames), label_sets
+    # quotas.metrics is not imported here: it sits below this module.
+    yield (
+        "nodeflow_limit_refusals",
+        "Starts and registrations refused (429) and dequeues held back, by the control that refused them.",
+        ("namespace", "control"),
+        [(n, c) for n in spaces for c in FIXED_CONTROLS],
+    )
+
+
+class Catalog:
+    """What exists at scrape time: namespace names by id, and each
+    namespace's workflow and task definition names (three queries)."""
+
+    def __init__(self, names: dict[int, str], workflows: dict[str, list[str]], task_defs: dict[str, list[str]]):
+        self.names, self.workflows, self.task_defs = names, workflows, task_defs
+
+    @classmethod
+    def read(cls) -> Catalog:
+        from metadata.models import TaskDefinition, WorkflowDefinition
+        from nodeflow.models import Namespace
+
+        names = dict(Namespace.objects.values_list("id", "name"))
+
+        def by_namespace(model) -> dict[str, list[str]]:
+            found: dict[str, list[str]] = {}
+            for ns_id, name in model.objects.order_by("name").values_list("namespace_id", "name"):
+                found.setdefault(names.get(ns_id, str(ns_id)), []).append(name)
+            return found
+
+        return cls(names, by_namespace(WorkflowDefinition), by_namespace(TaskDefinition))
+
+    def namespace(self, label: str) -> str:
+        """An event's ``namespace`` label ("#<id>") as the namespace's name
+        (a namespace deleted since: its id)."""
+        if not label.startswith(NAMESPACE_ID_MARK):
+            return label
+        raw = label[len(NAMESPACE_ID_MARK) :]
+        return self.names.get(int(raw), raw) if raw.isdigit() else raw
+
+
+class EventsCollector:
+    """The event metrics of ``source`` (every process's files, or this
+    process's registry) with namespace names for ids, and zero samples for
+    the known label sets that have no count yet. The zeros are made here,
+    at scrape time, not written to any process's file: sums across
+    processes and targets stay right."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            catalog = Catalog.read()
+        except DatabaseError:
+            log.warning("metrics: could not read the namespaces", exc_info=True)
+            catalog = Catalog({}, {}, {})
+        families = {family.name: _renamed(family, catalog) for family in self.source.collect()}
+        for name, documentation, labelnames, label_sets in _zero_sets(catalog):
+            family = families.setdefault(name, Metric(name, documentation, "counter"))
+            present = {tuple(s.labels.get(label, "") for label in labelnames) for s in family.samples}
+            for label_values in label_sets:
+                if label_values not in present:
+                    # Labels in name order, as the multi-process files give them.
+                    family.add_sample(f"{name}_total", dict(sorted(zip(labelnames, label_values, strict=True))), 0.0)
+        yield from families.values()
+
+
+def _renamed(family: Metric, catalog: Catalog) -> Metric:
+    """``family`` with namespace names; samples that come to share labels
+    (a namespace's files under two ids) summed."""
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for sample in family.samples:
+        labels = dict(sample.labels)
+        if "namespace" in labels:
+            labels["namespace"] = catalog.namespace(labels["namespace"])
+        key = (sample.name, tuple(labels.items()))
+        merged[key] = merged.get(key, 0.0) + sample.value
+    renamed = Metric(family.name, family.documentation, family.type)
+    for (name, pairs), value in merged.items():
+        renamed.add_sample(name, dict(pairs), value)
+    return renamed
+
+
+class ServingProcess:
+    """This process's CPU, memory and file descriptors (prometheus_client's
+    process collector), labelled with its pid: in multi-process mode the
+    default registry, which holds that collector, is not what is served."""
+
+    def __init__(self) -> None:
+        self.pid = str(os.getpid())
+
+    def collect(self) -> Iterator[Metric]:
+        for family in ProcessCollector(registry=None).collect():
+            labelled = Metric(family.name, family.documentation, family.type)
+            for sample in family.samples:
+                labelled.add_sample(sample.name, {**sample.labels, "pid": self.pid}, sample.value)
+            yield labelled
+
+
+class BuildInfo:
+    """``nodeflow_build_info``: 1, labelled with what is running."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "nodeflow_build_info",
+            "Always 1: the Node Flow (API) version, Python, Django and database this process runs.",
+            labels=["version", "python", "django", "database"],
+        )
+        family.add_metric([_version(), platform.python_version(), django.get_version(), connection.vendor], 1.0)
+        yield family
+
+
+def _version() -> str:
+    return str(settings.SPECTACULAR_SETTINGS.get("VERSION", ""))
+
+
 # --- GET /metrics -------------------------------------------------------------
 
 
@@ -354,27 +685,35 @@ def multiprocess_mode() -> bool:
 
 
 def scrape_registry() -> CollectorRegistry:
-    """A registry for one scrape: every process's events, then the state."""
+    """A registry for one scrape: every process's events, then the state,
+    this process, and the build."""
     registry = CollectorRegistry(auto_describe=False)
     if multiprocess_mode():
-        MultiProcessCollector(registry)
+        registry.register(EventsCollector(MultiProcessCollector(None)))
+        registry.register(ServingProcess())
     else:
-        registry.register(_ThisProcess())
+        # The default registry already holds the process collector.
+        registry.register(EventsCollector(_ThisProcess()))
     registry.register(DatabaseCollector())
+    registry.register(BuildInfo())
     return registry
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: the Prometheus text format. With
-    ``NODE_FLOW_METRICS_KEY`` set, only for a request that presents it, as
-    ``Authorization: Bearer <key>`` (Prometheus's ``bearer_token``) or in
-    ``x-api-key``; anything else is a 401 that says how."""
-    if settings.NODE_FLOW_METRICS_KEY and not _presents_metrics_key(request):
+    ``NODE_FLOW_METRICS_KEY`` set, only for a request that presents it; with
+    ``NODE_FLOW_METRICS_REQUIRE_KEY``, for one that presents it or any API
+    key. Either way as ``Authorization: Bearer <key>`` (Prometheus's
+    ``bearer_token``) or in ``x-api-key``; anything else is a 401 that says how."""
+    required = settings.NODE_FLOW_METRICS_KEY or settings.NODE_FLOW_METRICS_REQUIRE_KEY
+    if required and not _presents_a_key(request):
+        what = "an API key" if settings.NODE_FLOW_METRICS_REQUIRE_KEY else "NODE_FLOW_METRICS_KEY"
+        if settings.NODE_FLOW_METRICS_REQUIRE_KEY and settings.NODE_FLOW_METRICS_KEY:
+            what = "an API key or NODE_FLOW_METRICS_KEY"
         return JsonResponse(
             {
                 "error": "UNAUTHENTICATED",
-                "message": "GET /metrics needs NODE_FLOW_METRICS_KEY: send it as "
-                "'Authorization: Bearer <key>' or in the x-api-key header",
+                "message": f"GET /metrics needs {what}: send it as 'Authorization: Bearer <key>' or in the x-api-key header",
             },
             status=401,
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
@@ -382,8 +721,34 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
 
 
-def _presents_metrics_key(request: HttpRequest) -> bool:
-    expected = settings.NODE_FLOW_METRICS_KEY.encode()
+def _offered_key(request: HttpRequest) -> str:
     bearer = request.headers.get("authorization", "")
-    offered = bearer[7:].strip() if bearer[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-    return hmac.compare_digest(offered.encode(), expected)
+    return bearer[7:].strip() if bearer[:7].lower() == "bearer " else request.headers.get("x-api-key", "").strip()
+
+
+def _presents_a_key(request: HttpRequest) -> bool:
+    offered = _offered_key(request)
+    if settings.NODE_FLOW_METRICS_KEY and hmac.compare_digest(
+        offered.encode(), settings.NODE_FLOW_METRICS_KEY.encode()
+    ):
+        return True
+    if not settings.NODE_FLOW_METRICS_REQUIRE_KEY or not offered:
+        return False
+    from nodeflow.auth import client_address
+
+    return _is_api_key(offered, client_address(request))
+
+
+def _is_api_key(offered: str, client: str) -> bool:
+    """Any role's key will do (a scrape reads nothing of one namespace's
+    rows); failures are throttled like the API's."""
+    # Imported here: they import models, and this module loads before the app registry is ready.
+    from nodeflow import throttling
+    from nodeflow.keys import resolve_api_key
+
+    if throttling.wait_s(client) is not None:
+        return False
+    if resolve_api_key(offered) is not None:
+        return True
+    throttling.failed(client)
+    return False

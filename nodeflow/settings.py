@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "nodeflow.http_metrics.HttpMetricsMiddleware",  # outermost: times and counts every answer
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -216,6 +217,9 @@ NODE_FLOW_AUTH_FAILURES_PER_MINUTE = env.int("NODE_FLOW_AUTH_FAILURES_PER_MINUTE
 # When set, GET /metrics needs it: "Authorization: Bearer <key>" (what
 # Prometheus sends with bearer_token) or the x-api-key header.
 NODE_FLOW_METRICS_KEY = env("NODE_FLOW_METRICS_KEY", default="")
+# True: GET /metrics needs an API key of any role (or NODE_FLOW_METRICS_KEY),
+# in x-api-key or as "Authorization: Bearer <key>".
+NODE_FLOW_METRICS_REQUIRE_KEY = env.bool("NODE_FLOW_METRICS_REQUIRE_KEY", default=False)
 
 
 # --- Engine -------------------------------------------------------------------

@@ -129,9 +129,11 @@ def _refusal(quota: str, limit: int, current: int, retry_after_s: float, what: s
     )
 
 
-def _refuse(quota: str, limit: int, current: int, retry_after_s: float, what: str) -> QuotaExceeded:
+def _refuse(
+    quota: str, limit: int, current: int, retry_after_s: float, what: str, namespace_id: int | None = None
+) -> QuotaExceeded:
     """The refusal to raise, counted now (its transaction rolls back)."""
-    metrics.record_refusal(f"quota:{quota}")
+    metrics.record_refusal(f"quota:{quota}", namespace_id)
     return _refusal(quota, limit, current, retry_after_s, what)
 
 
@@ -187,7 +189,14 @@ def check_new_workflow_definition(*, namespace: Namespace, name: str) -> None:
         return
     current = WorkflowDefinition.objects.filter(namespace=namespace).count()
     if current >= quota.max_workflow_definitions:
-        raise _refuse("maxWorkflowDefinitions", quota.max_workflow_definitions, current, COUNT_RETRY_AFTER_S, "defined")
+        raise _refuse(
+            "maxWorkflowDefinitions",
+            quota.max_workflow_definitions,
+            current,
+            COUNT_RETRY_AFTER_S,
+            "defined",
+            namespace.id,
+        )
 
 
 def check_new_schedule(*, namespace: Namespace) -> None:
@@ -197,4 +206,4 @@ def check_new_schedule(*, namespace: Namespace) -> None:
         return
     current = Schedule.objects.filter(namespace=namespace).count()
     if current >= quota.max_schedules:
-        raise _refuse("maxSchedules", quota.max_schedules, current, COUNT_RETRY_AFTER_S, "defined")
+        raise _refuse("maxSchedules", quota.max_schedules, current, COUNT_RETRY_AFTER_S, "defined", namespace.id)

@@ -54,7 +54,7 @@ def check_start(*, execution: Execution, workflow: dict, now: dt.datetime, hold:
         refusal = _over_max_concurrent(execution, workflow)
     if refusal is not None:
         if not hold:
-            metrics.record_refusal(_control(refusal))
+            metrics.record_refusal(_control(refusal), execution.namespace_id)
             raise refusal
         execution.awaiting_admission = True
         return False

@@ -185,10 +185,10 @@ def test_paused_runs_count_and_ended_ones_do_not(api, status):
 
 
 def test_refusals_are_counted_by_control(api):
-    from quotas.metrics import LIMIT_REFUSALS
+    from tests.timeout_helpers import metric
 
     def count(control: str) -> float:
-        return LIMIT_REFUSALS.labels(control)._value.get()
+        return metric("nodeflow_limit_refusals_total", control=control)
 
     register(api, "nightly", simple("t", "reconcile"), maxConcurrentExecutions=1)
     fill(api, "charge", 2, concurrentExecLimit=1)
@@ -199,6 +199,6 @@ def test_refusals_are_counted_by_control(api):
     poll(api, "charge", count=5)
     assert (count("maxConcurrentExecutions"), count("concurrentExecLimit")) == (before[0] + 1, before[1] + 1)
     assert (
-        'nodeflow_limit_refusals_total{control="maxConcurrentExecutions"}'
+        'nodeflow_limit_refusals_total{control="maxConcurrentExecutions",namespace="default"}'
         in api.client.get("/metrics").content.decode()
     )

@@ -100,10 +100,15 @@ def test_it_counts_worker_results_by_end_status(api, moved):
     fail(api, third, terminal=True)
     # "Not done, offer it again later" is no end.
     assert report(api, fourth, "IN_PROGRESS", callbackAfterSeconds=30).status_code == 200
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="COMPLETED") == 1
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="FAILED") == 1
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="FAILED_WITH_TERMINAL_ERROR") == 1
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="IN_PROGRESS") == 0
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="COMPLETED", namespace="default") == 1
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="FAILED", namespace="default") == 1
+    assert (
+        moved(
+            "nodeflow_tasks_ended_total", task_type="mx_ship", status="FAILED_WITH_TERMINAL_ERROR", namespace="default"
+        )
+        == 1
+    )
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_ship", status="IN_PROGRESS", namespace="default") == 0
 
 
 def test_it_counts_a_batch_of_results(api, moved):
@@ -116,7 +121,7 @@ def test_it_counts_a_batch_of_results(api, moved):
     body["results"].append(dict(body["results"][0]))
     answers = api.post("tasks/results", body).json()["results"]
     assert [a["status"] for a in answers] == [200, 200, 200, 409]
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_pack", status="COMPLETED") == 3
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_pack", status="COMPLETED", namespace="default") == 3
 
 
 def test_it_counts_the_ends_the_decider_makes_once(api, moved):
@@ -131,12 +136,15 @@ def test_it_counts_the_ends_the_decider_makes_once(api, moved):
     started = start(api, "mx_wf_decided")
     fail(api, poll_one(api, "mx_maybe"))
     assert statuses(execution(api, started["id"]))["maybe"] == "COMPLETED_WITH_ERRORS"
-    assert moved("nodeflow_tasks_ended_total", task_type="SET_VARIABLE", status="COMPLETED") == 1
+    assert moved("nodeflow_tasks_ended_total", task_type="SET_VARIABLE", status="COMPLETED", namespace="default") == 1
     # The attempt ended FAILED; the workflow absorbing it is not a second end.
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_maybe", status="FAILED") == 1
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_maybe", status="COMPLETED_WITH_ERRORS") == 0
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_maybe", status="FAILED", namespace="default") == 1
+    assert (
+        moved("nodeflow_tasks_ended_total", task_type="mx_maybe", status="COMPLETED_WITH_ERRORS", namespace="default")
+        == 0
+    )
     assert api.post(f"executions/{started['id']}/terminate", {}).status_code == 200
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_after", status="CANCELED") == 1
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_after", status="CANCELED", namespace="default") == 1
 
 
 def test_it_counts_timeouts_and_waits_ended_by_the_sweeper(api, frozen_clock, moved):
@@ -150,9 +158,9 @@ def test_it_counts_timeouts_and_waits_ended_by_the_sweeper(api, frozen_clock, mo
     start(api, "mx_wf_stuck")
     start(api, "mx_wf_wait")
     advance(6)
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_stuck", status="TIMED_OUT") == 1
-    assert moved("nodeflow_timeouts_total", timeout="scheduleToStart", policy="RETRY") == 1
-    assert moved("nodeflow_tasks_ended_total", task_type="WAIT", status="COMPLETED") == 1
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_stuck", status="TIMED_OUT", namespace="default") == 1
+    assert moved("nodeflow_timeouts_total", timeout="scheduleToStart", policy="RETRY", namespace="default") == 1
+    assert moved("nodeflow_tasks_ended_total", task_type="WAIT", status="COMPLETED", namespace="default") == 1
 
 
 def test_it_observes_dispatch_latency_from_availability_to_lease(api, frozen_clock, moved):
@@ -164,13 +172,13 @@ def test_it_observes_dispatch_latency_from_availability_to_lease(api, frozen_clo
     clock.advance(12)
     poll_one(api, "mx_fetch")  # available 10 s after the failure: waited 2 s
     histogram = "nodeflow_dispatch_latency_seconds"
-    assert moved(f"{histogram}_count", task_type="mx_fetch") == 2
-    assert moved(f"{histogram}_sum", task_type="mx_fetch") == pytest.approx(5.0)
-    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="1.0") == 0
-    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="2.5") == 1
-    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="5.0") == 2
-    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="+Inf") == 2
-    assert moved("nodeflow_task_retries_total", task_type="mx_fetch") == 1
+    assert moved(f"{histogram}_count", task_type="mx_fetch", namespace="default") == 2
+    assert moved(f"{histogram}_sum", task_type="mx_fetch", namespace="default") == pytest.approx(5.0)
+    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="1.0", namespace="default") == 0
+    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="2.5", namespace="default") == 1
+    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="5.0", namespace="default") == 2
+    assert moved(f"{histogram}_bucket", task_type="mx_fetch", le="+Inf", namespace="default") == 2
+    assert moved("nodeflow_task_retries_total", task_type="mx_fetch", namespace="default") == 1
 
 
 def test_it_counts_nothing_when_the_transaction_rolls_back(api, moved):
@@ -183,9 +191,9 @@ def test_it_counts_nothing_when_the_transaction_rolls_back(api, moved):
         results.report_result(namespace=namespace, result=result)
         raise RuntimeError("rolled back after the result was applied")
     assert Task.objects.get(pk=leased["taskId"]).status == "IN_PROGRESS"
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_undo", status="COMPLETED") == 0
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_undo", status="COMPLETED", namespace="default") == 0
     complete(api, leased)
-    assert moved("nodeflow_tasks_ended_total", task_type="mx_undo", status="COMPLETED") == 1
+    assert moved("nodeflow_tasks_ended_total", task_type="mx_undo", status="COMPLETED", namespace="default") == 1
 
 
 def test_it_counts_refusals_by_control_once_each(api, moved):
@@ -201,10 +209,10 @@ def test_it_counts_refusals_by_control_once_each(api, moved):
         api.post("metadata/workflow-definitions", {"name": "mx_one_too_many", "tasks": [simple("t")]}).status_code
         == 429
     )
-    assert moved("nodeflow_limit_refusals_total", control="maxConcurrentExecutions") == 1
-    assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit") == 1
-    assert moved("nodeflow_limit_refusals_total", control="quota:maxConcurrentExecutions") == 1
-    assert moved("nodeflow_limit_refusals_total", control="quota:maxWorkflowDefinitions") == 1
+    assert moved("nodeflow_limit_refusals_total", control="maxConcurrentExecutions", namespace="default") == 1
+    assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit", namespace="default") == 1
+    assert moved("nodeflow_limit_refusals_total", control="quota:maxConcurrentExecutions", namespace="default") == 1
+    assert moved("nodeflow_limit_refusals_total", control="quota:maxWorkflowDefinitions", namespace="default") == 1
 
 
 def test_a_long_poll_held_back_counts_its_control_once(api, moved):
@@ -212,7 +220,7 @@ def test_a_long_poll_held_back_counts_its_control_once(api, moved):
     poll(api, "mx_held", count=5)
     # Held back for its whole wait: re-checked many times, counted once.
     assert api.post("tasks/poll/mx_held", {"workerId": "w", "count": 5, "waitSeconds": 0.3}).json() == []
-    assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit") == 1
+    assert moved("nodeflow_limit_refusals_total", control="concurrentExecLimit", namespace="default") == 1
 
 
 # --- state read from the database ------------------------------------------------
@@ -236,8 +244,8 @@ def test_system_tasks_are_counted_under_their_type(api, frozen_clock, moved):
     clock.advance(4)
     (leased,) = dispatch.lease_system_tasks(worker_id="runner")
     assert leased.type == "HTTP"
-    assert moved("nodeflow_dispatch_latency_seconds_count", task_type="HTTP") == 1
-    assert moved("nodeflow_dispatch_latency_seconds_sum", task_type="HTTP") == pytest.approx(4)
+    assert moved("nodeflow_dispatch_latency_seconds_count", task_type="HTTP", namespace="default") == 1
+    assert moved("nodeflow_dispatch_latency_seconds_sum", task_type="HTTP", namespace="default") == pytest.approx(4)
     samples = scrape(api)
     assert value(samples, "nodeflow_queue_depth", namespace="default", task_type="HTTP") == 1
     assert value(samples, "nodeflow_queue_in_flight", namespace="default", task_type="HTTP") == 1
@@ -370,15 +378,47 @@ def test_one_scrape_sums_what_several_processes_counted(tmp_path):
         _work(second, key, leases=2, refused=2)
         scrapes = [parse(httpx.get(f"{url}/metrics", timeout=30).text) for url in (first, second)]
         for samples in scrapes:
-            assert value(samples, "nodeflow_tasks_ended_total", task_type="mx_multi", status="COMPLETED") == 5
-            assert value(samples, "nodeflow_dispatch_latency_seconds_count", task_type="mx_multi") == 5
-            assert value(samples, "nodeflow_limit_refusals_total", control="maxConcurrentExecutions") == 3
+            assert (
+                value(
+                    samples, "nodeflow_tasks_ended_total", task_type="mx_multi", status="COMPLETED", namespace="default"
+                )
+                == 5
+            )
+            assert (
+                value(samples, "nodeflow_dispatch_latency_seconds_count", task_type="mx_multi", namespace="default")
+                == 5
+            )
+            assert (
+                value(samples, "nodeflow_limit_refusals_total", control="maxConcurrentExecutions", namespace="default")
+                == 3
+            )
             assert value(samples, "nodeflow_queue_depth", namespace="default", task_type="mx_never_polled") == 1
+            # Issue 19.3's series add up across processes too: 3 results and a
+            # poll through the first, 2 and a poll through the second.
+            multi = {"namespace": "default", "workflow": "mx_wf_multi"}
+            assert value(samples, "nodeflow_workflows_started_total", **multi) == 5
+            assert value(samples, "nodeflow_workflows_ended_total", **multi, status="COMPLETED") == 5
+            assert value(samples, "nodeflow_workflow_duration_seconds_count", **multi, status="COMPLETED") == 5
+            assert value(samples, "nodeflow_executions_running", namespace="default", workflow="mx_wf_full") == 1
+            polls = {"namespace": "default", "queue": "mx_multi"}
+            assert value(samples, "nodeflow_polls_total", **polls, outcome="tasks") == 2
+            assert value(samples, "nodeflow_polls_total", **polls, outcome="empty") == 0
+            result = {"namespace": "default", "route": "/v1/ns/<str:ns>/tasks/<str:task_id>/result", "method": "POST"}
+            assert value(samples, "nodeflow_http_requests_total", **result, status_class="2xx", code="200") == 5
+            assert value(samples, "nodeflow_http_request_duration_seconds_count", **result) == 5
+            execution_seconds = {"namespace": "default", "task_type": "mx_multi", "status": "COMPLETED"}
+            assert value(samples, "nodeflow_task_execution_seconds_count", **execution_seconds) == 5
     finally:
         stack.stop()
     # Both processes are gone; what they counted stays in the directory.
+    # The files hold the namespace's id; a scrape shows its name.
+    namespace_id = Namespace.objects.get(name="default").id
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(tmp_path))
     assert (
-        registry.get_sample_value("nodeflow_tasks_ended_total", {"task_type": "mx_multi", "status": "COMPLETED"}) == 5
+        registry.get_sample_value(
+            "nodeflow_tasks_ended_total",
+            {"namespace": f"#{namespace_id}", "task_type": "mx_multi", "status": "COMPLETED"},
+        )
+        == 5
     )

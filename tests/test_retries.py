@@ -279,4 +279,4 @@ def test_it_counts_retries_per_task_type(api, frozen_clock, django_capture_on_co
         fail(api, poll_one(api, "work"))
     assert retried == [2]
     text = api.client.get("/metrics").content.decode()
-    assert 'nodeflow_task_retries_total{task_type="work"}' in text
+    assert 'nodeflow_task_retries_total{namespace="default",task_type="work"}' in text

@@ -26,7 +26,14 @@ def seconds_between(earlier: str, later: str) -> float:
 
 
 def metric(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+    """The sum of this process's samples of ``name`` that have ``labels``
+    (whatever their other labels, such as the namespace)."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
 
 
 @contextmanager
