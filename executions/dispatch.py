@@ -49,8 +49,6 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
         return metrics.polled(namespace.id, queue, lease.tasks)
     queue_key = notify.queue_key(namespace.id, queue)
     keys = {queue_key}
-    listening = notify.ensure_listener()
-    recheck = LISTEN_RECHECK_S if listening else POLL_RECHECK_S
     give_up = time.monotonic() + wait_s
     held_back: set[str] = set()  # controls counted for this poll: once each, not per re-check
     # Registered before looking, so a wake-up between the look and the wait
@@ -59,18 +57,20 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     event = threading.Event()
     poller = notify.parked.begin(queue_key, time.time() + wait_s, event)
     try:
+        # After begin: a listener that stopped listening (no pollers) starts again.
+        recheck = LISTEN_RECHECK_S if notify.ensure_listener() else POLL_RECHECK_S
         while True:
             event.clear()
             for key in keys:
                 notify.hub.attach(key, event)
-            park, leave = notify.parked.notices(poller) if listening else ("", "")
+            park, leave = notify.parked.notices(poller)
             lease = attempts.lease_queue(namespace.id, queue, worker_id, count, park=park, leave=leave)
             metrics.record_dispatch(lease.tasks)
             _count_held_back(lease, held_back, namespace.id)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return metrics.polled(namespace.id, queue, lease.tasks)
-            if not listening:
+            if not park:  # no other process to tell (or it is listed already): listed here
                 notify.parked.park(poller)
             event.wait(min(remaining, recheck, _next_window_in(lease)))
             if lease.gate is not None:

@@ -228,8 +228,10 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
 #   l|<poller>                       a parked poller left, having leased
 #   c|<process>                      a process began to listen: every other
 #                                    one parks its listed pollers again
-READY, PARK, LEAVE, CENSUS = "r|", "p|", "l|", "c|"
-_PARKED_NOTICES = frozenset({READY, PARK, LEAVE})
+#   h|<process>                      the answer to a census: it listens too
+#   u|<process>                      a process stopped listening (no pollers)
+READY, PARK, LEAVE, CENSUS, HERE, UNLISTENED = "r|", "p|", "l|", "c|", "h|", "u|"
+_PARKED_NOTICES = frozenset({READY, PARK, LEAVE, UNLISTENED})
 PROCESS = f"{os.getpid()}-{secrets.token_hex(3)}"
 _sent = itertools.count()
 _pollers = itertools.count()
@@ -254,6 +256,9 @@ class Parked:
         self._lock = threading.Lock()
         self._listed: dict[str, dict[str, _Poller]] = {}  # queue key → poller id → poller, in park order
         self._local: dict[str, _Poller] = {}  # this process's pollers, parked or about to be
+        self._others: set[str] = set()  # the other processes listening, as the notices say
+        self._idle_since = time.monotonic()  # when this process's last poller ended
+        self.wanted = threading.Event()  # a poller began: the listener should be listening
 
     # --- this process's pollers ------------------------------------------
     def begin(self, key: str, until: float, event: threading.Event) -> str:
@@ -261,6 +266,7 @@ class Parked:
         poller_id = f"{PROCESS}.{next(_pollers)}"
         with self._lock:
             self._local[poller_id] = _Poller(key, until, event)
+            self.wanted.set()
         return poller_id
 
     def park(self, poller_id: str) -> None:
@@ -284,11 +290,19 @@ class Parked:
             poller = self._local.pop(poller_id, None)
             if poller is not None:
                 self._listed.get(poller.key, {}).pop(poller_id, None)
+            if not self._local:
+                self._idle_since = time.monotonic()
 
     # --- the notices -------------------------------------------------------
     def hear(self, notice: str) -> None:
         kind, rest = notice[:2], notice[2:]
-        if kind == PARK:
+        if kind == UNLISTENED:
+            with self._lock:
+                self._others.discard(rest)
+                for listed in self._listed.values():
+                    for poller_id in [p for p in listed if p.startswith(rest + ".")]:
+                        del listed[poller_id]
+        elif kind == PARK:
             poller_id, key, until = rest.split("|")
             self._listed_park(poller_id, key, float(until))
         elif kind == LEAVE:
@@ -302,6 +316,9 @@ class Parked:
 
     def _listed_park(self, poller_id: str, key: str, until: float) -> None:
         with self._lock:
+            process = poller_id.rpartition(".")[0]
+            if process != PROCESS:
+                self._others.add(process)
             listed = self._listed.setdefault(key, {})
             listed.pop(poller_id, None)  # parked again: to the back
             poller = self._local.get(poller_id) or _Poller(key, until)
@@ -344,10 +361,11 @@ class Parked:
         """(park, leave): what this poller's next lease statement says of it,
         on PostgreSQL: ``park`` if it leases nothing (it waits; '' when a
         park of it is listed already), ``leave`` if it leases something
-        while listed."""
+        while listed. While no other process listens there is no one to
+        tell: both are '', and the poller is listed here (``park``)."""
         with self._lock:
             poller = self._local.get(poller_id)
-            if poller is None:
+            if poller is None or not self._others:
                 return "", ""
             listed = poller_id in self._listed.get(poller.key, {})
         park = "" if listed else f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
@@ -357,6 +375,36 @@ class Parked:
         """How many pollers of ``key`` are listed (every process's, as heard here)."""
         with self._lock:
             return len(self._listed.get(key, {}))
+
+    # --- listening --------------------------------------------------------
+    def heard_listener(self, process: str, *, census: bool) -> list[str]:
+        """Another process listens: it began to (a census, answered with
+        ``h|`` so it knows this one listens too) or answered this one's
+        census. From now on parks are told; the park notices of this
+        process's listed pollers, which it may not have heard."""
+        with self._lock:
+            self._others.add(process)
+        return ([HERE + PROCESS] if census else []) + self.roll_call()
+
+    def began_listening(self) -> list[str]:
+        """This process (again) hears the notices: what it had listed may be
+        stale. Its own pollers' park notices, to list them everywhere."""
+        with self._lock:
+            self._listed.clear()
+            self._others.clear()
+            return [f"{PARK}{poller_id}|{p.key}|{p.until:.3f}" for poller_id, p in self._local.items()]
+
+    def idle_for(self, seconds: float) -> bool:
+        """Whether this process has had no poller for ``seconds``; if so the
+        listener stops listening (every notice it hears costs the database a
+        transaction) until the next poller begins."""
+        with self._lock:
+            if self._local or time.monotonic() - self._idle_since < seconds:
+                return False
+            self.wanted.clear()
+            self._listed.clear()
+            self._others.clear()
+            return True
 
     def roll_call(self) -> list[str]:
         """Park notices of this process's listed pollers, for a process that
@@ -413,26 +461,51 @@ class _Listener(threading.Thread):
         params.pop("server_side_binding", None)
         params.pop("prepare_threshold", None)
         with psycopg.connect(**params, autocommit=True) as conn:
-            conn.execute(f"LISTEN {self.channel}")
-            if self.channel == TASKS_CHANNEL:
-                # Parks sent before this LISTEN were not heard: ask for them.
-                conn.execute("SELECT pg_notify(%s, %s)", [self.channel, CENSUS + PROCESS])
-            self.listening.set()
+            if self.channel != TASKS_CHANNEL:
+                conn.execute(f"LISTEN {self.channel}")
+                self.listening.set()
             while not self.stopping.is_set():
+                if self.channel == TASKS_CHANNEL and not self._tasks_listening(conn):
+                    continue
                 answers: list[str] = []
                 # One packet at a time (stop_after), whole: a census is
                 # answered at once, and breaking off a packet would lose the
                 # rest of it.
                 for note in conn.notifies(timeout=self.POLL_S, stop_after=1):
-                    if not note.payload.startswith(CENSUS):
+                    kind, process = note.payload[:2], note.payload[2:]
+                    if kind not in (CENSUS, HERE):
                         _deliver(note.payload)
-                    elif note.payload[len(CENSUS) :] != PROCESS:
-                        answers = parked.roll_call()
-                for notice in answers:  # parked again, in every process's list
-                    conn.execute("SELECT pg_notify(%s, %s)", [self.channel, notice])
+                    elif process != PROCESS:
+                        answers += parked.heard_listener(process, census=kind == CENSUS)
+                self._send(conn, answers)  # parked again, in every process's list
+
+    def _tasks_listening(self, conn) -> bool:
+        """The task channel is listened to only while this process has
+        pollers (and IDLE_UNLISTEN_S after): every notice a listening
+        session hears costs the database a transaction. On LISTEN it asks
+        the others to say which of their pollers are parked (a census) and
+        says which of its own are; after UNLISTEN it says it left."""
+        if not self.listening.is_set():
+            if not parked.wanted.wait(self.POLL_S):
+                return False
+            conn.execute(f"LISTEN {self.channel}")
+            self._send(conn, [CENSUS + PROCESS, *parked.began_listening()])
+            self.listening.set()
+        elif parked.idle_for(IDLE_UNLISTEN_S):
+            self.listening.clear()
+            conn.execute(f"UNLISTEN {self.channel}")
+            self._send(conn, [UNLISTENED + PROCESS])
+            return False
+        return True
+
+    def _send(self, conn, notices: list[str]) -> None:
+        for notice in notices:
+            conn.execute("SELECT pg_notify(%s, %s)", [self.channel, notice])
 
 
 LISTEN_START_S = 2.0
+# A process with no poller this long stops listening to the task channel.
+IDLE_UNLISTEN_S = 5.0
 _listener_lock = threading.Lock()
 _listeners: dict[str, _Listener] = {}
 
@@ -462,3 +535,4 @@ def stop_listeners() -> None:
     for listener in listeners:
         listener.join(timeout=5)
     parked.clear()
+    parked.wanted.clear()

@@ -88,8 +88,6 @@ def assert_one_wakeup_each(pollers: list[list[int]], *, ready: int) -> None:
 def test_across_processes_a_ready_task_wakes_one_poller(namespace):
     if connection.vendor != "postgresql":
         pytest.skip("across processes the wake-up is PostgreSQL's NOTIFY")
-    assert notify.ensure_listener()  # this process hears the parks too
-    key = notify.queue_key(namespace.id, QUEUE)
     env = {**os.environ, "DATABASE_URL": live_database_url(), "PYTHONPATH": str(ROOT)}
     processes = [
         subprocess.Popen(
@@ -101,8 +99,7 @@ def test_across_processes_a_ready_task_wakes_one_poller(namespace):
         for _ in range(2)
     ]
     try:
-        wait_for(lambda: notify.parked.listed(key) == 6, timeout_s=30)
-        for process in processes:  # each process hears all six too
+        for process in processes:  # each process lists all six, its own and the other's
             assert process.stdout is not None and process.stdout.readline().strip() == "listed"
         for _ in range(2):
             lifecycle.start_execution(namespace=namespace, name="one")
@@ -112,3 +109,27 @@ def test_across_processes_a_ready_task_wakes_one_poller(namespace):
             process.kill()
     leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
+
+
+@pytest.mark.postgres
+def test_a_process_alone_tells_no_one_and_stops_listening_when_idle(namespace, monkeypatch):
+    """With no other process listening there is no one to tell of a park
+    (no notice, no transaction in each listener); a process with no
+    poller stops listening, so notices cost it nothing."""
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN is PostgreSQL's")
+    monkeypatch.setattr(notify, "IDLE_UNLISTEN_S", 0.2)
+    told: list[tuple[str, str]] = []
+    lease_queue = attempts.lease_queue
+
+    def recording(*args, park="", leave="", **kwargs):
+        told.append((park, leave))
+        return lease_queue(*args, park=park, leave=leave, **kwargs)
+
+    monkeypatch.setattr(attempts, "lease_queue", recording)
+    assert dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=0.3) == []
+    assert told and all(notice == ("", "") for notice in told), told
+    listener = notify._listeners[notify.TASKS_CHANNEL]
+    wait_for(lambda: not listener.listening.is_set(), timeout_s=5)
+    lifecycle.start_execution(namespace=namespace, name="one")  # heard by no one; the next poll finds it
+    assert len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=1)) == 1
