@@ -10,6 +10,7 @@ from nodeflow.models import Namespace
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+QUEUES_PER_PAGE = 50
 # <input type="datetime-local"> sends minutes, or seconds when given a step.
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]
 
@@ -59,4 +60,26 @@ class ExecutionFilterForm(forms.Form):
 
     def errors_by_field(self) -> list[tuple[str, str]]:
         """(query parameter, message) of each error, for the page and its tests."""
+        return [(field, message) for field, messages in self.errors.items() for message in messages]
+
+
+class QueueFilterForm(forms.Form):
+    """The controls page's queue list: a name filter, held back only, and
+    pages (a namespace may have seen thousands of queues)."""
+
+    queue = forms.CharField(required=False, max_length=128, label="Queue name contains")
+    held = forms.BooleanField(required=False, label="Held back only")
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE, widget=forms.HiddenInput)
+
+    def query(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "name": data.get("queue") or "",
+            "held": bool(data.get("held")),
+            "page": data.get("page") or 1,
+            "per_page": data.get("limit") or QUEUES_PER_PAGE,
+        }
+
+    def errors_by_field(self) -> list[tuple[str, str]]:
         return [(field, message) for field, messages in self.errors.items() for message in messages]

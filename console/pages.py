@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import QuerySet
 
@@ -128,11 +129,23 @@ def namespace_names() -> list[str]:
     return list(Namespace.objects.order_by("name").values_list("name", flat=True))
 
 
-def controls_page(namespace: Namespace) -> dict:
+@dataclass(frozen=True)
+class QueuePage:
+    rows: list[dict]
+    total: int  # queues matching the filter, on every page
+    page: int
+    pages: int
+
+
+def controls_page(
+    namespace: Namespace, *, name: str = "", held: bool = False, page: int = 1, per_page: int = 50
+) -> dict[str, Any]:
     now = clock.now()
+    queues = queue_page(namespace, now, name=name, held=held, page=page, per_page=per_page)
     return {
         "namespace": namespace,
-        "queues": queue_rows(namespace, now),
+        "queues": queues.rows,
+        "queue_page": queues,
         "workers": diagnostics.workers(namespace_id=namespace.id),
         "semaphores": semaphore_rows(namespace),
         "starts": starts_window(namespace, now),
@@ -142,23 +155,36 @@ def controls_page(namespace: Namespace) -> dict:
     }
 
 
-def queue_rows(namespace: Namespace, now: dt.datetime) -> list[dict]:
-    """Each queue's depth and tasks in flight, and its gate looked at (not
+def queue_page(
+    namespace: Namespace, now: dt.datetime, *, name: str = "", held: bool = False, page: int = 1, per_page: int = 50
+) -> QueuePage:
+    """One page of the queues whose name contains ``name`` (any case), only
+    those a control holds back if ``held``. Only the rows shown (or, for
+    ``held``, the rows filtered) have their gate looked at."""
+    uses = [use for use in diagnostics.queues(namespace_id=namespace.id) if name.lower() in use.task_type.lower()]
+    held_rows: list[dict] = []
+    if held:
+        held_rows = [row for row in (queue_row(namespace, use, now) for use in uses) if row["blocker"] is not None]
+    total = len(held_rows) if held else len(uses)
+    pages = max(1, -(-total // per_page))
+    page = min(page, pages)
+    window = slice((page - 1) * per_page, page * per_page)
+    rows = held_rows[window] if held else [queue_row(namespace, use, now) for use in uses[window]]
+    return QueuePage(rows=rows, total=total, page=page, pages=pages)
+
+
+def queue_row(namespace: Namespace, use: diagnostics.QueueUse, now: dt.datetime) -> dict:
+    """A queue's depth and tasks in flight, and its gate looked at (not
     taken) as the next poll would: every control's limit and use, and the
     one that lets nothing through."""
-    rows = []
-    for use in diagnostics.queues(namespace_id=namespace.id):
-        gate = open_gate(namespace_id=namespace.id, queue=use.task_type, want=1, now=now, lock=False)
-        rows.append(
-            {
-                "use": use,
-                "rooms": [room.blocker for room in gate.rooms],
-                "blocker": gate.blocker,
-                "rate": next((room.blocker for room in gate.rooms if room.window_start is not None), None),
-                "last_poll": diagnostics.last_poll(namespace_id=namespace.id, queue=use.task_type),
-            }
-        )
-    return rows
+    gate = open_gate(namespace_id=namespace.id, queue=use.task_type, want=1, now=now, lock=False)
+    return {
+        "use": use,
+        "rooms": [room.blocker for room in gate.rooms],
+        "blocker": gate.blocker,
+        "rate": next((room.blocker for room in gate.rooms if room.window_start is not None), None),
+        "last_poll": diagnostics.last_poll(namespace_id=namespace.id, queue=use.task_type),
+    }
 
 
 def semaphore_rows(namespace: Namespace) -> list[dict]:

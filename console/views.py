@@ -66,8 +66,18 @@ def controls(request: HttpRequest, ns: str) -> HttpResponse:
     namespace = pages.find_namespace(ns)
     if namespace is None:
         return render(request, "console/missing.html", {"what": f"namespace {ns}"}, status=404)
-    context = pages.controls_page(namespace)
-    context["namespaces"] = pages.namespace_names()
+    form = forms.QueueFilterForm(request.GET)
+    if not form.is_valid():
+        refused = {"namespace": namespace, "namespaces": pages.namespace_names(), "form": form, "queues": []}
+        return render(request, "console/controls.html", refused, status=400)
+    context = pages.controls_page(namespace, **form.query())
+    queues = context["queue_page"]
+    context.update(
+        form=form,
+        namespaces=pages.namespace_names(),
+        previous_query=_with(request, page=str(queues.page - 1)) if queues.page > 1 else None,
+        next_query=_with(request, page=str(queues.page + 1)) if queues.page < queues.pages else None,
+    )
     return render(request, "console/controls.html", context)
 
 

@@ -20,6 +20,7 @@ from nodeflow.admin_support import (
     changelist_link,
     has_operate_permission,
     report_each,
+    short_id,
 )
 
 # The operator console's execution page (console/), when that app is installed.
@@ -53,7 +54,7 @@ class OperateMixin:
 @admin.register(Execution)
 class ExecutionAdmin(OperateMixin, BigTableAdmin):
     list_display = (
-        "id",
+        "short_id",
         "name",
         "version",
         "namespace",
@@ -71,6 +72,10 @@ class ExecutionAdmin(OperateMixin, BigTableAdmin):
     changelist_defer = ("input", "output", "variables", "failed_task_names", "reason_for_incompletion")
     readonly_fields = ("tasks", "parent", "children", "console")
     actions = ["terminate", "pause", "resume", "retry", "restart", "decide"]
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj: Execution):
+        return short_id(obj.id)
 
     @admin.display(description="tasks")
     def tasks(self, obj: Execution):
@@ -156,7 +161,7 @@ class TaskKindFilter(admin.SimpleListFilter):
 @admin.register(Task)
 class TaskAdmin(BigTableAdmin):
     list_display = (
-        "id",
+        "short_id",
         "path",
         "attempt",
         "run",
@@ -175,9 +180,13 @@ class TaskAdmin(BigTableAdmin):
     changelist_defer = ("input", "output", "policy", "logs", "reason_for_incompletion", "idempotency_key")
     readonly_fields = ("execution_link", "child_execution")
 
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj: Task):
+        return short_id(obj.id)
+
     @admin.display(description="execution")
     def execution_link(self, obj: Task):
-        return admin_link(Execution, obj.execution_id)
+        return admin_link(Execution, obj.execution_id, short_id(obj.execution_id))
 
     @admin.display(description="child execution")
     def child_execution(self, obj: Task):

@@ -134,8 +134,35 @@ def _task_cap(execution: Execution, tasks: list[Task], now: dt.datetime) -> dict
         return None
     if not capped:
         return None
-    since = max(t.started_at or t.scheduled_at for t in open_tasks)
+    since = _full_since([t for t in tasks if t.kind in ("worker", "system")], cap) or min(
+        t.scheduled_at for t in open_tasks
+    )
     return _reason("maxConcurrentTasks", since=since, limit=cap, current=len(open_tasks))
+
+
+# A task that ends frees its slot for the next held one, which the decision
+# its result causes schedules a few milliseconds later (or the decider role
+# soon after): a gap this short does not end a block.
+CAP_REFILL_S = 1.0
+
+
+def _full_since(tasks: list[Task], cap: int) -> dt.datetime | None:
+    """When the run's open worker and system tasks last reached ``cap`` and
+    have stayed there (the block's start: it does not move with each
+    dispatch), from the rows' scheduledAt and endedAt. None if they are
+    not at the cap."""
+    events = [(t.scheduled_at, 1) for t in tasks] + [(t.ended_at, -1) for t in tasks if t.ended_at is not None]
+    events.sort(key=lambda event: (event[0], -event[1]))  # at one instant, openings first
+    count, since, dipped_at = 0, None, None
+    for at, step in events:
+        count += step
+        if count >= cap:
+            if since is None or (dipped_at is not None and (at - dipped_at).total_seconds() > CAP_REFILL_S):
+                since = at
+            dipped_at = None
+        elif since is not None and dipped_at is None:
+            dipped_at = at
+    return since if dipped_at is None else None
 
 
 def _circuit_open(task: Task) -> dict | None:

@@ -28,12 +28,16 @@ def lease_seconds(policy: dict) -> float:
 
 def lease_expiry(policy: dict, *, started_at: dt.datetime, now: dt.datetime, cap_s: float = math.inf) -> dt.datetime:
     """When a lease renewed ``now`` expires: ``cap_s`` at most (a system
-    task's runner renews a short lease), never past startedAt + startToClose."""
+    task's runner renews a short lease), never past startedAt + startToClose,
+    unless that has passed under ALERT_ONLY: the attempt then runs on, and
+    a heartbeat extends it as if it had no start-to-close timeout."""
     heartbeat = float(policy.get("heartbeatTimeout") or 0)
     start_to_close = float(policy.get("startToCloseTimeout") or 0)
     expires = now + dt.timedelta(seconds=min(heartbeat or start_to_close or DEFAULT_LEASE_S, cap_s))
     if start_to_close > 0:
-        expires = min(expires, started_at + dt.timedelta(seconds=start_to_close))
+        deadline = started_at + dt.timedelta(seconds=start_to_close)
+        if now < deadline or policy.get("timeoutPolicy") != "ALERT_ONLY":
+            expires = min(expires, deadline)
     return expires
 
 

@@ -45,7 +45,14 @@ def _stale(task: Task, lease_token: str | None = None, route: str = "result") ->
             "the task will be timed out or offered again",
             taskStatus=task.status,
         )
-    return Conflict("this lease is no longer valid (it expired and the task was re-delivered)", taskStatus=task.status)
+    if lease_token is not None:
+        # Says nothing of whether another lease exists: an ended lease and a
+        # token never given for this task get the same answer.
+        return Conflict(
+            "this lease token is not the task's current one (a lease that ended, or a token never given for it)",
+            taskStatus=task.status,
+        )
+    return Conflict("this lease is no longer valid", taskStatus=task.status)
 
 
 def completed_by_api(task: Task) -> bool:
@@ -54,6 +61,14 @@ def completed_by_api(task: Task) -> bool:
     if task.type == "HUMAN":
         return True
     return task.type == "WAIT" and not ({"duration", "until"} & set(task.input or {}))
+
+
+def waits_for_api(*, namespace: Namespace, task_id: uuid.UUID) -> bool:
+    """Whether the namespace's task ``task_id`` is one completed through the
+    API (``completed_by_api``): a result without a lease for it needs a role
+    that completes HUMAN tasks, not a lease token."""
+    task = Task.objects.filter(pk=task_id, namespace=namespace).only("type", "input").first()
+    return task is not None and completed_by_api(task)
 
 
 def _check(task: Task, result: Result, *, human: bool, now: dt.datetime) -> None:

@@ -174,21 +174,43 @@ def expire_next_lease() -> bool:
     return True
 
 
+# An ALERT_ONLY attempt that has alerted runs on under a lease this long at
+# least: its expiry only says the alert was raised, and is not raised again.
+ALERTED_LEASE_S = 300.0
+
+
 def _expired(execution: Execution, task: Task, now: dt.datetime) -> None:
     policy = task.policy
     start_to_close = float(policy.get("startToCloseTimeout") or 0)
     heartbeat = float(policy.get("heartbeatTimeout") or 0)
     started = task.started_at or now
-    if start_to_close > 0 and now >= started + dt.timedelta(seconds=start_to_close):
+    alert_only = policy.get("timeoutPolicy") == "ALERT_ONLY"
+    deadline = started + dt.timedelta(seconds=start_to_close) if start_to_close > 0 else None
+    silent_since = (task.last_heartbeat_at or started) + dt.timedelta(seconds=heartbeat)
+    if deadline is not None and now >= deadline and not (alert_only and _alerted(task, deadline)):
         timeout, reason = "startToClose", f"startToCloseTimeout ({start_to_close:g} s) exceeded"
-    elif heartbeat > 0:
+    elif heartbeat > 0 and not (alert_only and _alerted(task, silent_since)):
         since = task.last_heartbeat_at.isoformat() if task.last_heartbeat_at else "the start"
         timeout, reason = "heartbeat", f"heartbeatTimeout ({heartbeat:g} s): no heartbeat since {since}"
+    elif alert_only and (deadline is not None or heartbeat > 0):
+        _run_on(task, now, heartbeat or start_to_close)  # alerted already: once per timeout
+        return
     else:
         attempts.redeliver(task, now=now, held=execution.status == ExecutionStatus.PAUSED)
         return
-    if policy.get("timeoutPolicy") == "ALERT_ONLY":
-        # The attempt runs on; the lease is renewed so the alert repeats once
-        # per period instead of at every sweep.
-        attempts.extend_alerting(task, until=now + dt.timedelta(seconds=heartbeat or start_to_close or 60))
+    if alert_only:
+        _run_on(task, now, heartbeat or start_to_close)
     _timed_out(execution, task, reason, now, timeout=timeout)
+
+
+def _alerted(task: Task, due: dt.datetime) -> bool:
+    """Whether the lease that expired is one the sweeper extended after the
+    ALERT_ONLY alert for the timeout due at ``due``: a lease a poll or a
+    heartbeat gives never runs past that timeout."""
+    return task.lease_expires_at is not None and task.lease_expires_at > due
+
+
+def _run_on(task: Task, now: dt.datetime, period_s: float) -> None:
+    """An ALERT_ONLY attempt runs on past its timeout: its lease is extended
+    (a heartbeat may shorten it again) and the alert is not repeated."""
+    attempts.extend_alerting(task, until=now + dt.timedelta(seconds=max(period_s, ALERTED_LEASE_S)))

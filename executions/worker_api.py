@@ -138,6 +138,11 @@ class ResultView(WorkerView):
         )
         human = not data.get("leaseToken")
         if human and not request.user.has_scope(Scope.HUMAN_TASKS):
+            if results.waits_for_api(namespace=self.namespace, task_id=_task_uuid(task_id)):
+                raise exceptions.PermissionDenied(
+                    f"role '{request.user.role}' may not complete a HUMAN task: "
+                    f"that takes a developer or admin key (scope {Scope.HUMAN_TASKS})"
+                )
             raise InvalidField("leaseToken", "required")
         if not human and not request.user.has_scope(Scope.TASKS_WORK):
             # A lease is a worker's: a developer completes HUMAN tasks only.
@@ -180,7 +185,7 @@ class WebhookView(NamespacedView):
     scopes = {"POST": Scope.EXECUTIONS_WRITE}
 
     @extend_schema(
-        summary="Deliver an inbound webhook to the WAIT_FOR_WEBHOOK tasks it matches",
+        summary="Deliver an inbound webhook to the WAIT_FOR_WEBHOOK tasks named `name` that it matches",
         request=OpenApiTypes.OBJECT,
         responses=schema_shapes.WebhookDeliveredSerializer,
     )

@@ -50,7 +50,11 @@ class TaskDefinitionListView(NamespacedView):
 
     @extend_schema(
         summary="Create or replace a task definition",
-        description="201 when created, 200 when an existing definition was replaced (omitted fields reset to defaults).",
+        description=(
+            "Replaces the whole definition: a field left out goes back to its default, whatever it was before "
+            "(201 when created, 200 when an existing definition was replaced). To change some fields and keep "
+            "the others, PATCH …/task-definitions/{name}."
+        ),
         request=TaskDefinitionSerializer,
         responses={200: TaskDefinitionSerializer, 201: TaskDefinitionSerializer},
     )

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from metadata import conductor
 from metadata.baking import bake
 from metadata.models import WorkflowDefinition, WorkflowSnapshot, WorkflowVersion
-from metadata.validation import normalize_workflow
+from metadata.validation import DefinitionError, normalize_workflow
 from nodeflow import clock
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.models import Namespace
@@ -77,6 +77,7 @@ def register_workflow(*, namespace: Namespace, body: object) -> WorkflowVersion:
     version's ``warnings``."""
     translated = conductor.translate_workflow(body)
     normalized = normalize_workflow(translated.body)
+    _check_failure_workflow(namespace, normalized)
     # A new name counts against the namespace's maxWorkflowDefinitions.
     check_new_workflow_definition(namespace=namespace, name=normalized["name"])
     definition = _lock_or_create(namespace, normalized["name"])
@@ -94,6 +95,21 @@ def register_workflow(*, namespace: Namespace, body: object) -> WorkflowVersion:
     definition.refresh_from_db()
     version.warnings = translated.warnings  # the registration's answer only, not stored
     return version
+
+
+def _check_failure_workflow(namespace: Namespace, body: dict) -> None:
+    """A ``failureWorkflow`` given by its literal name must name a workflow of
+    the namespace (or the one being registered): a typo is refused now, not
+    found when a run fails. One given as an expression is resolved then."""
+    name = body.get("failureWorkflow")
+    if not name or "${" in name or name == body["name"]:
+        return
+    if not WorkflowDefinition.objects.filter(namespace=namespace, name=name).exists():
+        raise DefinitionError(
+            "failureWorkflow",
+            f"no workflow named '{name}' in this namespace: register it first "
+            "(a name given as an expression, ${…}, is resolved when a run fails)",
+        )
 
 
 def _store_snapshot(version: WorkflowVersion, body: dict) -> WorkflowSnapshot:

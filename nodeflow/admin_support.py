@@ -115,6 +115,14 @@ def report_each(
             messages.success(request, f"{name}: {outcome}")
 
 
+def short_id(pk: Any):
+    """An id as a changelist shows it: its first 8 characters on one line,
+    the whole id on hover (a UUID in full wraps onto several lines)."""
+    if pk is None:
+        return "-"
+    return format_html('<span title="{}" style="white-space: nowrap">{}…</span>', pk, str(pk)[:8])
+
+
 def admin_link(model: type[Model], pk: Any, text: str | None = None):
     """A link to a row's admin page, from its id alone (no query)."""
     if pk is None:

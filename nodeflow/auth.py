@@ -64,6 +64,12 @@ class Principal:
 
     is_authenticated = True
 
+    def __str__(self) -> str:
+        # What the browsable API's header shows: "admin key nf_ab12… (namespace default)".
+        label = f"{self.label}…" if self.key_id is not None else self.label
+        where = f"namespace {self.namespace}" if self.namespace is not None else "every namespace"
+        return f"{self.role} {label} ({where})"
+
     def may_use(self, namespace: str) -> bool:
         return self.namespace is None or self.namespace == namespace
 

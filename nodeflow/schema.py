@@ -164,8 +164,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
         "Reports the outcome of a leased task: COMPLETED with `outputData`; FAILED (retried under its policy) "
         "or FAILED_WITH_TERMINAL_ERROR (never retried) with `reasonForIncompletion`; or IN_PROGRESS to be "
         "called back after `callbackAfterSeconds`. 409 for a stale lease (nothing changes). A developer key "
-        "completes a HUMAN task without a lease token. With `next`, the same request leases the worker's "
-        "next tasks, answered in `next`.",
+        "completes a HUMAN task without a lease token (a worker key gets 403 for one). With `next`, the same "
+        "request leases the worker's next tasks, answered in `next`.",
     ),
     ("POST", f"{NS}/tasks/results"): (
         "report_task_results",
@@ -176,7 +176,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", f"{NS}/webhooks/{{name}}"): (
         "deliver_webhook",
         "Completes, with the posted body as their output, the waiting WAIT_FOR_WEBHOOK tasks whose task "
-        '`name` is `name` and whose `matches` (`{"$.path": value}`) the body satisfies; answers how many.',
+        '`name` is `name` and whose `matches` (`{"$.path": value}`) the body satisfies, in every execution of '
+        "the namespace; answers how many. `name` is the waiting task's `name` in the workflow (the task "
+        "definition name it sits under), not its `taskReferenceName`.",
     ),
     # definitions
     ("GET", f"{NS}/metadata/task-definitions"): ("list_task_definitions", "Every task definition, by name."),
@@ -184,7 +186,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("PUT", f"{NS}/metadata/task-definitions"): (
         "replace_task_definition",
         "The same as POST (201 created, 200 replaced, omitted fields back to their defaults): the method "
-        "Conductor's clients update a definition with.",
+        "Conductor's clients update a definition with. PATCH …/task-definitions/{name} changes some fields only.",
     ),
     ("GET", f"{NS}/metadata/task-definitions/{{name}}"): (
         "get_task_definition",

@@ -108,7 +108,9 @@ class Client:
         return response
 
     def poll(self, task_type: str, *, worker_id: str = "", count: int = 1, wait_s: float = 0) -> list[LeasedTask]:
-        body = {"workerId": worker_id, "count": count, "waitSeconds": wait_s}
+        body: dict[str, Any] = {"count": count, "waitSeconds": wait_s}
+        if worker_id:  # the server refuses an empty id; without one the poll names no worker
+            body["workerId"] = worker_id
         return [LeasedTask.from_json(item) for item in self._post(f"tasks/poll/{task_type}", body).json()]
 
     def heartbeat(self, task: LeasedTask, progress: Any = None) -> dict:

@@ -190,3 +190,36 @@ def test_the_controls_page_shows_the_queue_a_worker_polled(browser, live_server,
     assert queue.find_element(By.CSS_SELECTOR, ".depth").text == "1"
     assert "concurrentExecLimit 0/1" in queue.text
     assert "browser-test" in browser.find_element(By.ID, "workers").text
+
+
+def test_the_controls_page_filters_its_queues_to_those_held_back(browser, live_server, api, operator):
+    """Issue 19.5: a namespace that has seen thousands of queues listed them
+    all; the filter narrows to a name and to what a control holds back."""
+    task_def(api, "held_pick", concurrentExecLimit=1)
+    register(api, "picking", simple("held_pick"))
+    start(api, "picking")
+    start(api, "picking")
+    leased = api.post("tasks/poll/held_pick", {"workerId": "w", "count": 1}).json()
+    assert len(leased) == 1  # the cap is full: the second waits
+    for index in range(60):
+        task_def(api, f"idle_{index:02d}")
+    log_in(browser, live_server.url, "/console/ns/default/controls")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr[data-queue]")
+    assert len(rows) == 50  # one page of 61
+    assert "page 1 of 2" in browser.find_element(By.ID, "queue-count").text
+
+    browser.find_element(By.ID, "id_held").click()
+    browser.find_element(By.CSS_SELECTOR, "#queue-filters button[type=submit]").click()
+    WebDriverWait(browser, WAIT_S).until(expected_conditions.url_contains("held=on"))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr[data-queue]")
+    assert [row.get_attribute("data-queue") for row in rows] == ["held_pick"]
+    assert "concurrentExecLimit" in rows[0].find_element(By.CSS_SELECTOR, ".error").text
+
+    browser.find_element(By.ID, "id_held").click()  # off again
+    name = browser.find_element(By.ID, "id_queue")
+    name.clear()
+    name.send_keys("IDLE_0")
+    browser.find_element(By.CSS_SELECTOR, "#queue-filters button[type=submit]").click()
+    WebDriverWait(browser, WAIT_S).until(expected_conditions.url_contains("queue=IDLE_0"))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr[data-queue]")
+    assert [row.get_attribute("data-queue") for row in rows] == [f"idle_0{i}" for i in range(10)]
