@@ -427,17 +427,23 @@ class DatabaseCollector:
         from executions.models import Execution, ExecutionStatus
         from metadata.models import WorkflowDefinition
 
-        running = Execution.objects.filter(status=ExecutionStatus.RUNNING).values_list("namespace_id", "name")
-        counts = {(ns_id, name): float(n) for ns_id, name, n in running.annotate(n=Count("id"))}
+        rows = Execution.objects.filter(status=ExecutionStatus.RUNNING)
+        grouped = rows.values_list("namespace_id", "name", "awaiting_admission").annotate(n=Count("id"))
         # Every defined workflow, zeros included, so dashboards show 0 rather than no data.
-        for key in WorkflowDefinition.objects.values_list("namespace_id", "name"):
-            counts.setdefault(key, 0.0)
-        yield _gauge(
-            "nodeflow_executions_running",
-            "Executions RUNNING now (not PAUSED, not waiting for admission), by workflow name.",
-            ["namespace", "workflow"],
-            [((names.get(ns_id, str(ns_id)), name), n) for (ns_id, name), n in sorted(counts.items())],
-        )
+        defined = dict.fromkeys(WorkflowDefinition.objects.values_list("namespace_id", "name"), 0.0)
+        running, waiting = dict(defined), dict(defined)
+        for ns_id, name, held, n in grouped:
+            (waiting if held else running)[(ns_id, name)] = float(n)
+        for gauge, what, counts in (
+            ("nodeflow_executions_running", "Executions RUNNING now (not PAUSED, not waiting for admission)", running),
+            ("nodeflow_executions_awaiting_admission", "Executions held in line by a control on starts", waiting),
+        ):
+            yield _gauge(
+                gauge,
+                f"{what}, by workflow name.",
+                ["namespace", "workflow"],
+                [((names.get(ns_id, str(ns_id)), name), n) for (ns_id, name), n in sorted(counts.items())],
+            )
 
     def _queues(self, names: dict[int, str]) -> Iterator[Metric]:
         from executions.models import Task, TaskStatus
@@ -684,41 +690,69 @@ def multiprocess_mode() -> bool:
     return values.ValueClass is not values.MutexValue
 
 
-def scrape_registry() -> CollectorRegistry:
+EVERYTHING = None  # a scrape of every namespace
+
+
+def scrape_registry(namespace: str | None = EVERYTHING) -> CollectorRegistry:
     """A registry for one scrape: every process's events, then the state,
-    this process, and the build."""
-    registry = CollectorRegistry(auto_describe=False)
+    this process, and the build. ``namespace``: only that namespace's
+    series, and those of no namespace (the roles' lags, the build)."""
+    collectors: list = []
     if multiprocess_mode():
-        registry.register(EventsCollector(MultiProcessCollector(None)))
-        registry.register(ServingProcess())
+        collectors += [EventsCollector(MultiProcessCollector(None)), ServingProcess()]
     else:
         # The default registry already holds the process collector.
-        registry.register(EventsCollector(_ThisProcess()))
-    registry.register(DatabaseCollector())
-    registry.register(BuildInfo())
+        collectors.append(EventsCollector(_ThisProcess()))
+    collectors += [DatabaseCollector(), BuildInfo()]
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector if namespace is EVERYTHING else OneNamespace(collector, namespace))
     return registry
+
+
+class OneNamespace:
+    """What ``collector`` gives, without the series of other namespaces (nor
+    those of none, such as a request without a key for its namespace)."""
+
+    def __init__(self, collector, namespace: str) -> None:
+        self.collector, self.namespace = collector, namespace
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.collector.collect():
+            kept = Metric(family.name, family.documentation, family.type)
+            for sample in family.samples:
+                if sample.labels.get("namespace", self.namespace) == self.namespace:
+                    kept.add_sample(sample.name, sample.labels, sample.value)
+            yield kept
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: the Prometheus text format. With
     ``NODE_FLOW_METRICS_KEY`` set, only for a request that presents it; with
     ``NODE_FLOW_METRICS_REQUIRE_KEY``, for one that presents it or any API
-    key. Either way as ``Authorization: Bearer <key>`` (Prometheus's
-    ``bearer_token``) or in ``x-api-key``; anything else is a 401 that says how."""
-    required = settings.NODE_FLOW_METRICS_KEY or settings.NODE_FLOW_METRICS_REQUIRE_KEY
-    if required and not _presents_a_key(request):
-        what = "an API key" if settings.NODE_FLOW_METRICS_REQUIRE_KEY else "NODE_FLOW_METRICS_KEY"
-        if settings.NODE_FLOW_METRICS_REQUIRE_KEY and settings.NODE_FLOW_METRICS_KEY:
-            what = "an API key or NODE_FLOW_METRICS_KEY"
-        return JsonResponse(
-            {
-                "error": "UNAUTHENTICATED",
-                "message": f"GET /metrics needs {what}: send it as 'Authorization: Bearer <key>' or in the x-api-key header",
-            },
-            status=401,
-            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
-        )
-    return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
+    key (a key of one namespace sees that namespace's series only). Either
+    way as ``Authorization: Bearer <key>`` (Prometheus's ``bearer_token``)
+    or in ``x-api-key``; anything else is a 401 that says how."""
+    scope: str | None = EVERYTHING
+    if settings.NODE_FLOW_METRICS_KEY or settings.NODE_FLOW_METRICS_REQUIRE_KEY:
+        allowed, scope = _presented_key(request)
+        if not allowed:
+            return _unauthenticated()
+    return HttpResponse(generate_latest(scrape_registry(scope)), content_type=CONTENT_TYPE_LATEST)
+
+
+def _unauthenticated() -> JsonResponse:
+    what = "NODE_FLOW_METRICS_KEY"
+    if settings.NODE_FLOW_METRICS_REQUIRE_KEY:
+        what = "an API key or NODE_FLOW_METRICS_KEY" if settings.NODE_FLOW_METRICS_KEY else "an API key"
+    return JsonResponse(
+        {
+            "error": "UNAUTHENTICATED",
+            "message": f"GET /metrics needs {what}: send it as 'Authorization: Bearer <key>' or in the x-api-key header",
+        },
+        status=401,
+        headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+    )
 
 
 def _offered_key(request: HttpRequest) -> str:
@@ -726,29 +760,30 @@ def _offered_key(request: HttpRequest) -> str:
     return bearer[7:].strip() if bearer[:7].lower() == "bearer " else request.headers.get("x-api-key", "").strip()
 
 
-def _presents_a_key(request: HttpRequest) -> bool:
+def _presented_key(request: HttpRequest) -> tuple[bool, str | None]:
+    """(allowed, the one namespace it may see or EVERYTHING)."""
     offered = _offered_key(request)
-    if settings.NODE_FLOW_METRICS_KEY and hmac.compare_digest(
-        offered.encode(), settings.NODE_FLOW_METRICS_KEY.encode()
-    ):
-        return True
+    expected = settings.NODE_FLOW_METRICS_KEY
+    if expected and hmac.compare_digest(offered.encode(), expected.encode()):
+        return True, EVERYTHING
     if not settings.NODE_FLOW_METRICS_REQUIRE_KEY or not offered:
-        return False
+        return False, EVERYTHING
     from nodeflow.auth import client_address
 
-    return _is_api_key(offered, client_address(request))
+    return _api_key(offered, client_address(request))
 
 
-def _is_api_key(offered: str, client: str) -> bool:
-    """Any role's key will do (a scrape reads nothing of one namespace's
-    rows); failures are throttled like the API's."""
+def _api_key(offered: str, client: str) -> tuple[bool, str | None]:
+    """Any role's key will do (a scrape changes nothing); failures are
+    throttled like the API's."""
     # Imported here: they import models, and this module loads before the app registry is ready.
     from nodeflow import throttling
     from nodeflow.keys import resolve_api_key
 
     if throttling.wait_s(client) is not None:
-        return False
-    if resolve_api_key(offered) is not None:
-        return True
-    throttling.failed(client)
-    return False
+        return False, EVERYTHING
+    key = resolve_api_key(offered)
+    if key is None:
+        throttling.failed(client)
+        return False, EVERYTHING
+    return True, key.namespace
