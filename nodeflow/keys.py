@@ -95,7 +95,7 @@ def resolve_api_key(raw: str) -> ResolvedKey | None:
 
 def resolve_key_id(key_id: int, *, fingerprint: str) -> ResolvedKey | None:
     """The active key with id ``key_id`` whose hash begins with
-    ``fingerprint`` (what a Conductor token names: conductor/tokens.py), or
+    ``fingerprint`` (what a Conductor token names: conductor_api/tokens.py), or
     None. Cached like ``resolve_api_key``, so a revocation takes effect
     within ``CACHE_S`` in every process and at once in this one."""
     cache_key = f"id:{key_id}:{fingerprint}"

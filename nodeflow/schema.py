@@ -403,13 +403,13 @@ class ApiAutoSchema(AutoSchema):
 
 
 def exclude_foreign_dialects(endpoints):
-    """Preprocessing hook: the Conductor-compatible routes (``conductor/``,
+    """Preprocessing hook: the Conductor-compatible routes (``conductor_api/``,
     under ``/v1/ns/{ns}/api/``) answer Conductor's shapes, documented by
     Conductor; this schema is Node Flow's own."""
     return [
         (path, path_regex, method, callback)
         for path, path_regex, method, callback in endpoints
-        if not getattr(callback, "__module__", "").startswith("conductor")
-        and not getattr(getattr(callback, "cls", None), "__module__", "").startswith("conductor")
+        if not getattr(callback, "__module__", "").startswith("conductor_api")
+        and not getattr(getattr(callback, "cls", None), "__module__", "").startswith("conductor_api")
         and not path.startswith(f"{NS}/api/")
     ]

@@ -40,7 +40,7 @@ INSTALLED_APPS = [
     "executions",
     "quotas",
     "console",
-    "conductor",
+    "conductor_api",
     "tools",
 ]
 

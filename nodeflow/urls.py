@@ -17,7 +17,7 @@ urlpatterns = [
     path("api-auth/", include("rest_framework.urls")),
     path("console/", include("console.urls")),
     path("v1/ns/<str:ns>/metadata/", include("metadata.urls")),
-    path("v1/ns/<str:ns>/api/", include("conductor.urls")),
+    path("v1/ns/<str:ns>/api/", include("conductor_api.urls")),
     path("v1/ns/<str:ns>/", include("executions.urls")),
     path("v1/ns/<str:ns>/", include("quotas.urls")),
     path("v1/ns/<str:ns>/secrets", SecretListView.as_view()),

@@ -1,6 +1,6 @@
 """Conductor's task updates carry no lease token: on the Conductor-compatible
 routes the server fences by the leased attempt and the polling worker's id
-(conductor/updates.py). A stale or foreign update gets 409 and changes
+(conductor_api/updates.py). A stale or foreign update gets 409 and changes
 nothing, as a stale lease token does on Node Flow's own routes
 (tests/test_lease_fencing.py)."""
 

@@ -41,9 +41,9 @@ from executions.models import Task
 from nodeflow.keys import create_api_key
 from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
 
-# conductor-python's top-level package is ``conductor``, which Node Flow's
-# own app of that name shadows wherever the project root is on sys.path (as
-# in this process): its workers run as a script from tests/, where it is not.
+# conductor-python's top-level package is ``conductor`` (Node Flow's app is
+# ``conductor_api``, so nothing shadows it); its workers run in a process of
+# their own, as a Conductor user's would.
 WORKERS = ROOT / "tests" / "conductor_workers.py"
 LEASE_S = 7  # cp_slow's responseTimeoutSeconds in tests/conductor_workers.py
 SERVER_START_S = 30

@@ -1,4 +1,4 @@
-"""The Conductor-compatible routes under ``/v1/ns/{ns}/api/`` (conductor/),
+"""The Conductor-compatible routes under ``/v1/ns/{ns}/api/`` (conductor_api/),
 driven with bodies written from Conductor's documented formats: the token
 exchange, tasks, metadata and workflows, in Conductor's shapes and error
 model, every control still applying. The fencing of task updates is in
@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from conductor import tokens
+from conductor_api import tokens
 from executions.models import Execution, Task
 from metadata.models import WorkflowDefinition
 from nodeflow import clock

@@ -135,7 +135,7 @@ ROUTES: dict[tuple[str, str], Case] = {
     ("GET", "queues"): Case("queues", None, 200, 200, 403),
     ("GET", "queues/workers"): Case("queues/workers", None, 200, 200, 403),
     ("GET", "queues/<str:task_type>/depth"): Case("queues/{taskdef}/depth", None, 200, 200, 403),
-    # The Conductor-compatible routes (conductor/), same roles as their Node Flow counterparts.
+    # The Conductor-compatible routes (conductor_api/), same roles as their Node Flow counterparts.
     ("POST", "api/token"): Case("api/token", {"keyId": "0", "keySecret": "not-a-key"}, 401, 401, 401),
     ("POST", "api/tasks"): Case(
         "api/tasks", {"taskId": "{task}", "status": "IN_PROGRESS", "extendLease": True}, 200, 403, 200

@@ -17,7 +17,7 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PRODUCT = ("executions", "quotas", "metadata", "nodeflow", "console", "conductor", "nodeflow_worker")
+PRODUCT = ("executions", "quotas", "metadata", "nodeflow", "console", "conductor_api", "nodeflow_worker")
 OUTSIDE = ("tools", "tests")
 PACKAGES = (*PRODUCT, "tools")
 # The engine's layers, lowest first: a module may import only from its own

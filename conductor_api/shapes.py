@@ -10,7 +10,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from conductor.definitions import native_taskdef_body
+from conductor_api.definitions import native_taskdef_body
 from executions.models import Execution, Task
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.serializers import TaskDefinitionSerializer, WorkflowVersionSerializer

@@ -2,5 +2,5 @@ from django.apps import AppConfig
 
 
 class ConductorConfig(AppConfig):
-    name = "conductor"
+    name = "conductor_api"
     verbose_name = "Conductor-compatible API"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from rest_framework.exceptions import PermissionDenied
 
-from conductor.serializers import TaskResultSerializer
+from conductor_api.serializers import TaskResultSerializer
 from executions import lifecycle, results
 from executions.models import OPEN_TASK, Task, TaskStatus
 from nodeflow.auth import Principal, Scope

@@ -14,11 +14,11 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from conductor import definitions, updates
-from conductor.auth import TokenAuthentication
-from conductor.errors import exception_handler
-from conductor.schema import TokenSchema
-from conductor.serializers import (
+from conductor_api import definitions, updates
+from conductor_api.auth import TokenAuthentication
+from conductor_api.errors import exception_handler
+from conductor_api.schema import TokenSchema
+from conductor_api.serializers import (
     MAX_CORRELATED,
     MAX_CORRELATION_IDS,
     BatchPollQuerySerializer,
@@ -39,8 +39,8 @@ from conductor.serializers import (
     WorkerQuerySerializer,
     query,
 )
-from conductor.shapes import RunOf, task_view, taskdef_view, workflow_status, workflow_view, workflowdef_view
-from conductor.tokens import exchange
+from conductor_api.shapes import RunOf, task_view, taskdef_view, workflow_status, workflow_view, workflowdef_view
+from conductor_api.tokens import exchange
 from executions import dispatch, executor, lifecycle
 from executions.models import ACTIVE_EXECUTION, Execution, Task
 from executions.serializers import StartExecutionSerializer

@@ -3,7 +3,7 @@ client's base URL is ``http://host/v1/ns/default/api``)."""
 
 from django.urls import path
 
-from conductor import views
+from conductor_api import views
 
 urlpatterns = [
     path("token", views.TokenView.as_view()),

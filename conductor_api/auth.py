@@ -1,12 +1,12 @@
 """``X-Authorization: <token>``, what Conductor clients send after the
-token exchange (conductor/tokens.py). The principal is the key's, with its
+token exchange (conductor_api/tokens.py). The principal is the key's, with its
 namespace and role, so every route checks scopes exactly as with ``x-api-key``."""
 
 from __future__ import annotations
 
 from rest_framework import authentication, exceptions
 
-from conductor import tokens
+from conductor_api import tokens
 from nodeflow import throttling
 from nodeflow.auth import Principal, client_address
 from nodeflow.errors import ApiError
