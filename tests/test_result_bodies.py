@@ -15,7 +15,10 @@ from executions.serializers import BatchResultsSerializer, ResultSerializer
 
 TASK_ID = "5a4e0b7c-1111-4222-8333-944455556666"
 
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8))
+# What a JSON body can hold: the parser refuses NaN and infinities (nodeflow/parsers.py).
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8)
+)
 json_values = st.recursive(
     json_scalars,
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
