@@ -3,7 +3,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ADDR ?= 127.0.0.1:8000
-PYTEST_ARGS ?=
+# Two test processes (pytest-xdist), one per core of the machine CI runs on;
+# PYTEST_ARGS="-n 0 -k semaphore" runs a narrowed set in this process.
+PYTEST_ARGS ?= -n 2
 
 .PHONY: run test test-sqlite test-postgres lint venv migrate bench clean
 
