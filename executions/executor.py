@@ -653,14 +653,15 @@ def _insert_rows_of(decisions: list[tuple[Execution, Decision]]) -> None:
 
 
 def _notify_ready(decisions: list[tuple[Execution, Decision]]) -> None:
-    """One notice per queue, with how many tasks it got that are available
-    now (as many pollers wake; a retry's delayed attempt is found by the
-    pollers' periodic look when its delay ends)."""
+    """One notice per queue, with how many of its tasks are available now
+    (as many pollers wake; a worker task's delayed retry is found by the
+    pollers' periodic look when its delay ends). A system task's notice is
+    sent delayed or not: the Celery hand-off sends its message for then."""
     ready = collections.Counter(
         (e.namespace_id, row.queue, row.kind)
         for e, d in decisions
         for row in d.created
-        if row.queue and row.available_at <= row.scheduled_at
+        if row.queue and (row.kind == "system" or row.available_at <= row.scheduled_at)
     )
     for (namespace_id, queue, kind), count in ready.items():
         notify.task_ready(namespace_id, queue, kind, count)
