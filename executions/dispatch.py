@@ -42,15 +42,19 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     ``wait_s`` for a wake-up (a task ready, a slot or a permit freed, a new
     rate window) and try again."""
     diagnostics.record_poll(namespace_id=namespace.id, queue=queue, worker_id=worker_id)
-    if wait_s <= 0:
-        lease = attempts.lease_queue(namespace.id, queue, worker_id, count)
+    held_back: set[str] = set()  # controls counted for this poll: once each, not per re-check
+
+    def look(park: str = "", leave: str = "") -> attempts.Lease:
+        lease = attempts.lease_queue(namespace.id, queue, worker_id, count, park=park, leave=leave)
         metrics.record_dispatch(lease.tasks)
-        _count_held_back(lease, set(), namespace.id)
-        return metrics.polled(namespace.id, queue, lease.tasks)
+        _count_held_back(lease, held_back, namespace.id)
+        return lease
+
+    if wait_s <= 0:
+        return metrics.polled(namespace.id, queue, look().tasks)
     queue_key = notify.queue_key(namespace.id, queue)
     keys = {queue_key}
     give_up = time.monotonic() + wait_s
-    held_back: set[str] = set()  # controls counted for this poll: once each, not per re-check
     # Registered before looking, so a wake-up between the look and the wait
     # is not lost. A ready task wakes one parked poller (notify.Parked); a
     # freed slot or permit, every poller waiting on its key.
@@ -64,9 +68,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             for key in keys:
                 notify.hub.attach(key, event)
             park, leave = notify.parked.notices(poller)
-            lease = attempts.lease_queue(namespace.id, queue, worker_id, count, park=park, leave=leave)
-            metrics.record_dispatch(lease.tasks)
-            _count_held_back(lease, held_back, namespace.id)
+            lease = look(park, leave)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return metrics.polled(namespace.id, queue, lease.tasks)

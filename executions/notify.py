@@ -277,12 +277,6 @@ class Parked:
                 poller.woken = False
                 self._listed.setdefault(poller.key, {})[poller_id] = poller
 
-    def woken(self, poller_id: str) -> bool:
-        """Whether a ready notice picked this poller since it last parked."""
-        with self._lock:
-            poller = self._local.get(poller_id)
-            return poller is not None and poller.woken
-
     def end(self, poller_id: str) -> None:
         """The poll returns: forget it here (other processes drop it when it
         leaves or its time is up)."""
