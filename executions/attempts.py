@@ -20,7 +20,6 @@ import collections
 import datetime as dt
 import functools
 import math
-import secrets
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from django.db import connection, transaction
 from django.db.models import F, Max, Min
 
 from executions import notify, sql
-from executions.leases import capped_seconds, lease_expiry
+from executions.leases import capped_seconds, lease_expiry, new_token
 from executions.models import OPEN_TASK, Task, TaskStatus
 from nodeflow import clock, metrics
 from quotas import controls, gate
@@ -103,7 +102,7 @@ def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int, *, pa
     ``park``/``leave``: the long-poll's notice (``notify.Parked``), sent in
     the lease's own transaction: ``park`` if it leases nothing, ``leave`` if
     it leases something."""
-    token = secrets.token_urlsafe(18)
+    token = new_token()
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
         tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now(), park, leave)
         if not controlled:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import secrets
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 
 from executions import attempts, notify
-from executions.leases import capped_seconds
+from executions.leases import capped_seconds, new_token
 from executions.models import Task, TaskStatus
 from nodeflow import clock, metrics
 from nodeflow.models import Namespace
@@ -132,7 +131,7 @@ def lease_system_tasks(*, worker_id: str, count: int = 1, task_id=None) -> list[
     stream of uncontrolled tasks never starves them."""
     if task_id is not None:
         return lease_system_task(task_id, worker_id=worker_id).tasks
-    token = secrets.token_urlsafe(18)
+    token = new_token()
     tried = _groups.due()
     leased = _lease_groups(tried, worker_id, count, token)
     if len(leased) < count:
@@ -156,7 +155,7 @@ def system_tasks_ready() -> bool:
 def lease_system_task(task_id, *, worker_id: str) -> attempts.Lease:
     """Lease the system task ``task_id`` if it is ready and its gate lets it
     through (a Celery message names it). The gate, if it was asked, says why not."""
-    token = secrets.token_urlsafe(18)
+    token = new_token()
     task_id = uuid.UUID(str(task_id))
     found, named = attempts.lease_ungated_system(worker_id, 1, token, clock.now(), task_id=task_id)
     lease = attempts.Lease(found)

@@ -4,17 +4,26 @@ Pure functions of a task's policy and the instants given (no clock, no
 database). A lease is the start-to-close and heartbeat deadline of one
 attempt: each heartbeat moves it to ``now + heartbeatTimeout``, never past
 ``startedAt + startToCloseTimeout``. The statements that take and renew
-leases (``executions.attempts``) get their lengths from here.
+leases (``executions.attempts``) get their lengths and tokens from here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import secrets
 
 # A task with neither a heartbeat nor a start-to-close timeout is re-delivered
 # when its worker has been silent this long.
 DEFAULT_LEASE_S = 300.0
+
+
+def new_token() -> str:
+    """A lease token: 24 characters of base64url that never begin with ``-``,
+    so a shell user can pass it as ``--lease TOKEN`` (argparse would take a
+    leading dash for an option)."""
+    token = secrets.token_urlsafe(18)
+    return token if token[0] != "-" else "_" + token[1:]
 
 
 def lease_seconds(policy: dict) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from executions import leases
 from nodeflow_client import cli
 from nodeflow_worker import Task as WorkerTask
 from nodeflow_worker import Worker
@@ -346,6 +347,17 @@ def test_controls_from_a_shell(nodeflow_here, tmp_path):
     # A namespace the admin key is not in: refused (403), not created.
     elsewhere = nodeflow_here("-n", unique("other"), "queue", "list")
     assert elsewhere.code == cli.EXIT_REFUSED and elsewhere.error["error"] == "FORBIDDEN"
+
+
+def test_a_lease_token_is_never_read_as_an_option(monkeypatch):
+    """base64url may begin with "-": argparse took such a token for an option
+    (1 poll in 64 failed `nodeflow task heartbeat … --lease TOKEN` in CI)."""
+    monkeypatch.setattr(leases.secrets, "token_urlsafe", lambda n: "-" + "A" * (4 * n // 3 - 1))
+    token = leases.new_token()
+    assert len(token) == 24 and not token.startswith("-")
+    for command in ("heartbeat", "result"):
+        args = cli.parser().parse_args(["task", command, "t-1", "--lease", token])
+        assert args.lease == token
 
 
 def test_playing_the_worker_from_a_shell(nodeflow, tmp_path):
