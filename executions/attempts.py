@@ -101,13 +101,19 @@ def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int, *, pa
     leases only if it has none (``lease_fast``); the rest go through the gate.
     ``park``/``leave``: the long-poll's notice (``notify.Parked``), sent in
     the lease's own transaction: ``park`` if it leases nothing, ``leave`` if
-    it leases something."""
+    it leases something. In a transaction that made tasks of the queue
+    ready, what it leases is taken off their ready notice (``notify.leased``)."""
     token = new_token()
+    lease = None
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
         tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now(), park, leave)
         if not controlled:
-            return Lease(tasks)
-    return lease_gated(Pick(namespace_id, queue), worker_id, count, token, park=park, leave=leave)
+            lease = Lease(tasks)
+    if lease is None:
+        lease = lease_gated(Pick(namespace_id, queue), worker_id, count, token, park=park, leave=leave)
+    if lease.tasks:
+        notify.leased(namespace_id, queue, len(lease.tasks))
+    return lease
 
 
 def lease_gated(pick: Pick, worker_id: str, count: int, token: str, *, park: str = "", leave: str = "") -> Lease:

@@ -151,17 +151,43 @@ def _deliver(key: str) -> None:
 
 def task_ready(namespace_id: int, queue: str, kind: str, count: int = 1) -> None:
     """Call inside the transaction that made ``count`` tasks of a queue
-    dispatchable: at most that many parked pollers wake when it commits."""
+    dispatchable: at most that many parked pollers wake when it commits.
+    In a service transaction the count is sent once, at its end, less the
+    tasks of the queue it leased itself (``leased``: a result that leases
+    the next step it made ready wakes no one)."""
     if kind == "system":
         _send(SYSTEM_CHANNEL, SYSTEM_KEY)
         return
-    notice = f"{READY}{queue_key(namespace_id, queue)}|{count}|{PROCESS}.{next(_sent)}"
+    key = queue_key(namespace_id, queue)
+    ready = transactions.pending(READY, _send_ready)
+    if ready is None:
+        _send_ready({key: count})
+    else:
+        ready[key] = ready.get(key, 0) + count
+
+
+def leased(namespace_id: int, queue: str, count: int) -> None:
+    """``count`` tasks of a queue were leased in this transaction: its ready
+    notice (if it made any ready) counts that many fewer."""
+    ready = transactions.pending(READY, _send_ready)
+    key = queue_key(namespace_id, queue)
+    if ready and key in ready:
+        ready[key] -= count
+        if ready[key] <= 0:
+            del ready[key]
+
+
+def _send_ready(ready: dict[str, int]) -> None:
+    notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items() if count > 0]
+    if not notices:
+        return
     if connection.vendor == "postgresql":
         # Heard by every listener, this process's too, in commit order.
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [TASKS_CHANNEL, notice])
+            pairs = ", ".join("pg_notify(%s, %s)" for _ in notices)
+            cursor.execute(f"SELECT {pairs}", [value for notice in notices for value in (TASKS_CHANNEL, notice)])
     else:
-        transaction.on_commit(lambda: parked.hear(notice))
+        transaction.on_commit(lambda: [parked.hear(notice) for notice in notices])
 
 
 def announce(notice: str) -> None:

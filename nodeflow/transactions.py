@@ -9,7 +9,9 @@ savepoints. Side effects that must wait for the commit (notifications, a
 decision made right after) go through ``transaction.on_commit``.
 
 ``first_in_transaction`` scopes work done once per service transaction (one
-wake-up per key however many rows a batch frees): a ContextVar set and
+wake-up per key however many rows a batch frees), and ``pending`` gathers
+what is sent once at its end, just before the commit (how many tasks of
+each queue it made ready, less those it leased itself): a ContextVar set and
 reset around the block, whether it commits or rolls back, so no stale key
 outlives a rollback. Only Django's public API is used.
 """
@@ -17,32 +19,60 @@ outlives a rollback. Only Django's public API is used.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import transaction
 
-_done_once: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("nodeflow_done_once", default=None)
+
+@dataclass
+class _Scope:
+    done: set[str] = field(default_factory=set)
+    # name → (what is gathered, what sends it before the commit), in the order first asked
+    pending: dict[str, tuple[dict, Callable[[dict], None]]] = field(default_factory=dict)
+
+
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
 
 
 @contextmanager
 def outermost() -> Iterator[None]:
-    """``transaction.atomic(durable=True)``, scoping ``first_in_transaction``."""
+    """``transaction.atomic(durable=True)``, scoping ``first_in_transaction``
+    and ``pending`` (whose flushes run at the end of the block, inside the
+    transaction, unless it raised)."""
     with transaction.atomic(durable=True):
-        token = _done_once.set(set())
+        scope = _Scope()
+        token = _scope.set(scope)
         try:
             yield
+            for gathered, flush in scope.pending.values():
+                if gathered:
+                    flush(gathered)
         finally:
-            _done_once.reset(token)
+            _scope.reset(token)
 
 
 def first_in_transaction(key: str) -> bool:
     """True the first time ``key`` is asked inside this ``outermost()``
     transaction; always True outside one (the work is then merely repeated)."""
-    seen = _done_once.get()
-    if seen is None:
+    scope = _scope.get()
+    if scope is None:
         return True
-    if key in seen:
+    if key in scope.done:
         return False
-    seen.add(key)
+    scope.done.add(key)
     return True
+
+
+def pending(name: str, flush: Callable[[dict[Any, Any]], None]) -> dict[Any, Any] | None:
+    """The dict ``name`` of this ``outermost()`` transaction, handed to
+    ``flush`` at its end, before the commit, if it is not empty then; None
+    outside one (the caller then acts at once)."""
+    scope = _scope.get()
+    if scope is None:
+        return None
+    if name not in scope.pending:
+        scope.pending[name] = ({}, flush)
+    return scope.pending[name][0]

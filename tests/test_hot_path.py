@@ -62,6 +62,24 @@ def test_a_step_schedules_the_next_task_without_reading_twice(warm):
     assert warm.get(f"executions/{execution['id']}").json()["status"] == "RUNNING"
 
 
+def test_a_step_that_leases_its_next_task_sends_no_ready_notice(warm):
+    """Eager dispatch: the result inserts the next step and leases it in one
+    transaction; no parked poller is woken for a task already taken (the
+    ready notice counts the step, less what the transaction leased)."""
+    assert warm.post("tasks/poll/second", {"workerId": "w"}).json() == []  # its per-process caches
+    start(warm, "two")
+    leased = poll_one(warm, "first")
+    body = {"leaseToken": leased["leaseToken"], "status": "COMPLETED", "next": {"workerId": "w", "taskType": "second"}}
+    with CaptureQueriesContext(connection) as queries:
+        response = warm.post(f"tasks/{leased['taskId']}/result", body)
+    assert [t["path"] for t in response.json()["next"]] == ["second"]
+    done = statements(queries)
+    # Lock, read the run, write the result, insert the next task, lease it
+    # (on SQLite through the gate: read the controls, pick, lease).
+    assert len(done) <= (5 if connection.vendor == "postgresql" else 7), "\n".join(s[:150] for s in done)
+    assert not [s for s in done if s.lstrip().startswith("SELECT pg_notify")], done
+
+
 def test_a_batch_of_results_costs_the_same_statements_however_long(warm):
     counts = []
     for size in (2, 20):
