@@ -16,10 +16,12 @@ import re
 import uuid
 from typing import Any
 
-from executions.serializers import MAX_BATCH_RESULTS, RESULT_STATUSES
+from executions.serializers import MAX_BATCH_RESULTS, MAX_POLL_COUNT, RESULT_STATUSES
 
 STATUSES = frozenset(str(status) for status in RESULT_STATUSES)
 KEYS = frozenset({"leaseToken", "status", "outputData", "reasonForIncompletion", "callbackAfterSeconds", "logs"})
+NEXT_KEYS = frozenset({"workerId", "count", "taskType"})
+MAX_NAME = 256  # NextSerializer's workerId and taskType
 MAX_REASON = 10_000
 MAX_CALLBACK_S = 31_536_000
 MAX_LOGS = 100
@@ -30,31 +32,59 @@ _UNSAFE = re.compile("[\x00\ud800-\udfff]")
 
 
 def plain_result(body: Any, *, with_task_id: bool = False) -> dict | None:
-    """The validated form of a plainly valid result body, else None."""
+    """The validated form of a plainly valid result body, else None. A
+    single result may carry ``next`` (eager dispatch); a batch item may not."""
     if type(body) is not dict or "status" not in body:
         return None
-    if not KEYS.issuperset(body) and not (with_task_id and KEYS.union({"taskId"}).issuperset(body)):
-        return None
+    if not KEYS.issuperset(body):
+        allowed = KEYS | ({"taskId"} if with_task_id else {"next"})
+        if not allowed.issuperset(body):
+            return None
     status = body["status"]
     if type(status) is not str or status not in STATUSES:
         return None
     data: dict[str, Any] = {"status": status}
-    checks = (_task_id if with_task_id else None, _token, _output, _reason, _callback, _logs)
+    checks = (_task_id if with_task_id else _next, _token, _output, _reason, _callback, _logs)
     for check in checks:
-        if check is not None and not check(body, data):
+        if not check(body, data):
             return None
     return data
 
 
 def plain_results(body: Any) -> dict | None:
-    """``plain_result`` for the batch route's ``{"results": [...]}``."""
-    if type(body) is not dict or set(body) != {"results"}:
+    """``plain_result`` for the batch route's ``{"results": [...], "next"?}``."""
+    if type(body) is not dict or "results" not in body or not {"results", "next"}.issuperset(body):
         return None
     items = body["results"]
     if type(items) is not list or not 0 < len(items) <= MAX_BATCH_RESULTS:
         return None
     validated = [plain_result(item, with_task_id=True) for item in items]
-    return None if any(item is None for item in validated) else {"results": validated}
+    if any(item is None for item in validated):
+        return None
+    data: dict[str, Any] = {"results": validated}
+    return data if _next(body, data) else None
+
+
+def _next(body: dict, data: dict) -> bool:
+    """``next`` as NextSerializer validates it: names given exactly (no
+    padding DRF would trim, not blank), a count in range."""
+    if "next" not in body:
+        return True
+    value = body["next"]
+    if type(value) is not dict or not NEXT_KEYS.issuperset(value):
+        return False
+    count = value.get("count", 1)
+    if type(count) is not int or not 1 <= count <= MAX_POLL_COUNT:
+        return False
+    names = {key: value[key] for key in ("workerId", "taskType") if key in value}
+    if not all(_plain_name(name) for name in names.values()):
+        return False
+    data["next"] = {"workerId": "", "count": count, **names}
+    return True
+
+
+def _plain_name(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= MAX_NAME and value == value.strip() and not _UNSAFE.search(value)
 
 
 def _task_id(body: dict, data: dict) -> bool:

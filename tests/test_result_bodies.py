@@ -56,6 +56,18 @@ near_values = {
         json_values,
     ),
     "taskId": st.one_of(st.just(TASK_ID), st.just(TASK_ID.replace("-", "")), st.just("not-a-uuid"), st.integers()),
+    "next": st.one_of(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "workerId": st.one_of(st.just("w-1"), st.text(max_size=4), st.just(" w "), st.just("x" * 257)),
+                "count": st.one_of(st.integers(-1, 102), st.booleans(), st.just(1.0)),
+                "taskType": st.one_of(st.just("step"), st.text(max_size=4), st.none()),
+                "extra": json_values,
+            },
+        ),
+        json_values,
+    ),
     "extra": json_values,
 }
 
@@ -85,9 +97,9 @@ def test_a_result_it_accepts_validates_the_same_in_drf(body):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(bodies(task_id=True), min_size=0, max_size=4))
-def test_a_batch_it_accepts_validates_the_same_in_drf(items):
-    body = {"results": items}
+@given(st.lists(bodies(task_id=True), min_size=0, max_size=4), st.one_of(st.none(), near_values["next"]))
+def test_a_batch_it_accepts_validates_the_same_in_drf(items, then):
+    body = {"results": items} if then is None else {"results": items, "next": then}
     fast = plain_results(body)
     if fast is not None:
         assert drf(BatchResultsSerializer, body) == fast
@@ -106,6 +118,9 @@ def test_a_batch_it_accepts_validates_the_same_in_drf(items):
             "logs": ["x", {"y": 1}],
         },
         {"status": "IN_PROGRESS", "leaseToken": None, "callbackAfterSeconds": 0},
+        {"status": "COMPLETED", "leaseToken": "abc", "next": {"workerId": "w-1", "count": 2}},
+        {"status": "COMPLETED", "leaseToken": "abc", "next": {}},
+        {"status": "COMPLETED", "leaseToken": "abc", "next": {"taskType": "step"}},
     ],
 )
 def test_it_takes_the_plainly_valid_bodies_itself(body):
@@ -124,6 +139,11 @@ def test_it_takes_the_plainly_valid_bodies_itself(body):
         {"status": "COMPLETED", "leaseToken": " t "},
         {"status": "COMPLETED", "outputData": None},
         {"status": "COMPLETED", "taskId": TASK_ID},
+        {"status": "COMPLETED", "next": {"count": 0}},
+        {"status": "COMPLETED", "next": {"workerId": " w "}},
+        {"status": "COMPLETED", "next": {"workerId": ""}},
+        {"status": "COMPLETED", "next": {"count": True}},
+        {"status": "COMPLETED", "next": None},
     ],
 )
 def test_it_leaves_anything_else_to_the_serializer(body):
