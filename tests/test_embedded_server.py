@@ -109,9 +109,11 @@ def test_request_threads_keep_their_database_connections(server):
 
     for _ in range(10):
         assert _get(conn, "/v1/ns/default/metadata/task-definitions", key)[0] == 200
-    before = sessions()
+    before, seen = sessions(), set()
     for _ in range(REQUESTS):
         assert _get(conn, "/v1/ns/default/metadata/task-definitions", key)[0] == 200
-    # The same sessions served them all (at most one per request thread),
-    # where each request used to open and close one.
-    assert before and sessions() == before and len(before) <= 4
+        seen |= sessions()
+    # The sessions stay (at most one per request thread: a thread that had
+    # not served a request yet may open its own), where each request used to
+    # open and close one.
+    assert before and before <= seen and len(seen) <= 4, f"sessions {sorted(before)} then {sorted(seen)}"
