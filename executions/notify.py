@@ -187,7 +187,12 @@ def _send_ready(ready: dict[str, int]) -> None:
             pairs = ", ".join("pg_notify(%s, %s)" for _ in notices)
             cursor.execute(f"SELECT {pairs}", [value for notice in notices for value in (TASKS_CHANNEL, notice)])
     else:
-        transaction.on_commit(lambda: [parked.hear(notice) for notice in notices])
+        transaction.on_commit(lambda: _hear_all(notices))
+
+
+def _hear_all(notices: list[str]) -> None:
+    for notice in notices:
+        parked.hear(notice)
 
 
 def announce(notice: str) -> None:
