@@ -252,6 +252,13 @@ NODE_FLOW_PREPARED_STATEMENTS = env.bool("NODE_FLOW_PREPARED_STATEMENTS", defaul
 # The garbage collector's thresholds in server processes (gc.set_threshold;
 # nodeflow/process.py): one to three integers, or empty for CPython's own.
 NODE_FLOW_GC_THRESHOLD = _gc_threshold(env("NODE_FLOW_GC_THRESHOLD", default="10000,10,10"))
+# How long a server process's thread may hold the GIL while another waits
+# for it (sys.setswitchinterval; nodeflow/process.py), in milliseconds.
+NODE_FLOW_SWITCH_INTERVAL_MS = env.float("NODE_FLOW_SWITCH_INTERVAL_MS", default=1.0)
+if not 0 < NODE_FLOW_SWITCH_INTERVAL_MS <= 100:
+    raise ImproperlyConfigured(
+        f"NODE_FLOW_SWITCH_INTERVAL_MS must be above 0 and at most 100, not {NODE_FLOW_SWITCH_INTERVAL_MS}"
+    )
 
 
 def _circuit_breaker_config(raw: str) -> dict:

@@ -17,10 +17,11 @@ from nodeflow.process import ready_server_process
 
 @pytest.fixture
 def restore_gc():
-    threshold = gc.get_threshold()
+    threshold, interval = gc.get_threshold(), sys.getswitchinterval()
     yield
     gc.unfreeze()
     gc.set_threshold(*threshold)
+    sys.setswitchinterval(interval)
 
 
 def test_it_freezes_the_startup_heap_and_sets_the_thresholds(restore_gc, settings):
@@ -29,6 +30,12 @@ def test_it_freezes_the_startup_heap_and_sets_the_thresholds(restore_gc, setting
     ready_server_process()
     assert gc.get_freeze_count() > 10_000  # Django, the apps and every view module
     assert gc.get_threshold() == (12345, 7, 9)
+
+
+def test_a_woken_thread_waits_at_most_the_switch_interval_for_the_gil(restore_gc, settings):
+    settings.NODE_FLOW_SWITCH_INTERVAL_MS = 0.5
+    ready_server_process()
+    assert sys.getswitchinterval() == pytest.approx(0.0005)
 
 
 def test_an_empty_threshold_keeps_the_interpreters_own(restore_gc, settings):
@@ -43,7 +50,7 @@ def test_the_wsgi_module_loads_every_view_before_the_first_request():
     # (and so the console's views), not the first request.
     code = (
         "import sys, nodeflow.wsgi, gc; "
-        "print('console.views' in sys.modules, gc.get_freeze_count() > 0, gc.get_threshold())"
+        "print('console.views' in sys.modules, gc.get_freeze_count() > 0, sys.getswitchinterval(), gc.get_threshold())"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -52,7 +59,7 @@ def test_the_wsgi_module_loads_every_view_before_the_first_request():
         check=True,
         env={**os.environ, "NODE_FLOW_GC_THRESHOLD": "40000,15"},
     )
-    assert done.stdout.strip().split(maxsplit=2) == ["True", "True", "(40000, 15, 10)"]
+    assert done.stdout.strip().split(maxsplit=3) == ["True", "True", "0.001", "(40000, 15, 10)"]
 
 
 @pytest.mark.parametrize(
