@@ -107,8 +107,7 @@ def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int, *, pa
     lease = None
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
         tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now(), park, leave)
-        if not controlled:
-            lease = Lease(tasks)
+        lease = None if controlled else Lease(tasks)
     if lease is None:
         lease = lease_gated(Pick(namespace_id, queue), worker_id, count, token, park=park, leave=leave)
     if lease.tasks:

@@ -178,14 +178,9 @@ def leased(namespace_id: int, queue: str, count: int) -> None:
 
 
 def _send_ready(ready: dict[str, int]) -> None:
-    notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items() if count > 0]
-    if not notices:
-        return
+    notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items()]
     if connection.vendor == "postgresql":
-        # Heard by every listener, this process's too, in commit order.
-        with connection.cursor() as cursor:
-            pairs = ", ".join("pg_notify(%s, %s)" for _ in notices)
-            cursor.execute(f"SELECT {pairs}", [value for notice in notices for value in (TASKS_CHANNEL, notice)])
+        announce(*notices)  # heard by every listener, this process's too, in commit order
     else:
         transaction.on_commit(lambda: _hear_all(notices))
 
@@ -195,11 +190,13 @@ def _hear_all(notices: list[str]) -> None:
         parked.hear(notice)
 
 
-def announce(notice: str) -> None:
-    """Send a long-poll's park or leave notice in the caller's transaction
-    (PostgreSQL; ``attempts.lease_queue``)."""
+def announce(*notices: str) -> None:
+    """Send notices on the task channel in the caller's transaction, in one
+    statement (PostgreSQL): ready notices, and a long-poll's park or leave
+    notice (``attempts.lease_queue``)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [TASKS_CHANNEL, notice])
+        calls = ", ".join("pg_notify(%s, %s)" for _ in notices)
+        cursor.execute(f"SELECT {calls}", [value for notice in notices for value in (TASKS_CHANNEL, notice)])
 
 
 def decider_wakeup() -> None:

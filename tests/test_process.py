@@ -32,7 +32,7 @@ def test_it_freezes_the_startup_heap_and_sets_the_thresholds(restore_gc, setting
     assert gc.get_threshold() == (12345, 7, 9)
 
 
-def test_a_woken_thread_waits_at_most_the_switch_interval_for_the_gil(restore_gc, settings):
+def test_it_sets_the_gil_switch_interval_from_settings(restore_gc, settings):
     settings.NODE_FLOW_SWITCH_INTERVAL_MS = 0.5
     ready_server_process()
     assert sys.getswitchinterval() == pytest.approx(0.0005)
