@@ -72,7 +72,9 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             if lease.tasks or remaining <= 0:
                 return metrics.polled(namespace.id, queue, lease.tasks)
             if not park:  # no other process to tell (or it is listed already): listed here
-                notify.parked.park(poller)
+                late = notify.parked.park(poller)
+                if late:  # another process began to listen meanwhile: tell it after all
+                    notify.announce(late)
             event.wait(min(remaining, recheck, _next_window_in(lease)))
             if lease.gate is not None:
                 # Permits freed by other queues sharing a semaphore wake this one too.

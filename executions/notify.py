@@ -297,13 +297,22 @@ class Parked:
             self.wanted.set()
         return poller_id
 
-    def park(self, poller_id: str) -> None:
-        """List a poller of this process directly (SQLite: no notices)."""
+    def park(self, poller_id: str) -> str:
+        """List a poller of this process directly (SQLite, or no other
+        process listening: no notices). Should another process have begun
+        to listen since the poller looked (its census answered without this
+        poller, not listed yet), it is not listed here: the park notice
+        to send instead, which lists it everywhere."""
         with self._lock:
             poller = self._local.get(poller_id)
-            if poller is not None:
-                poller.woken = False
-                self._listed.setdefault(poller.key, {})[poller_id] = poller
+            if poller is None:
+                return ""
+            listed = self._listed.setdefault(poller.key, {})
+            if self._others and poller_id not in listed:
+                return f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
+            poller.woken = False
+            listed[poller_id] = poller
+            return ""
 
     def end(self, poller_id: str) -> None:
         """The poll returns: forget it here (other processes drop it when it

@@ -133,3 +133,29 @@ def test_a_process_alone_tells_no_one_and_stops_listening_when_idle(namespace, m
     wait_for(lambda: not listener.listening.is_set(), timeout_s=5)
     lifecycle.start_execution(namespace=namespace, name="one")  # heard by no one; the next poll finds it
     assert len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=1)) == 1
+
+
+def test_a_poller_parking_as_another_process_begins_to_listen_is_told_to_it():
+    """The race behind a lost park: a poller looks while no other process
+    listens (nothing to tell), the other process's census is answered
+    before the poller is listed (so the answer leaves it out), then the
+    poller parks. It is not listed here alone: its park notice is sent,
+    and lists it in every process."""
+    parked = notify.Parked()
+    poller = parked.begin("k", time.time() + 60, threading.Event())
+    assert parked.notices(poller) == ("", "")  # no one else listens: nothing to tell
+    assert parked.heard_listener("other", census=True) == [notify.HERE + notify.PROCESS]  # not listed yet
+    late = parked.park(poller)
+    assert late.startswith(notify.PARK + poller + "|k|")
+    assert parked.listed("k") == 0  # listed when its notice is heard, as in the other process
+    parked.hear(late)
+    assert parked.listed("k") == 1
+    assert parked.park(poller) == ""  # listed already: nothing more to say
+
+
+def test_a_poller_parked_before_the_census_is_in_its_answer():
+    parked = notify.Parked()
+    poller = parked.begin("k", time.time() + 60, threading.Event())
+    assert parked.park(poller) == ""
+    answer = parked.heard_listener("other", census=True)
+    assert [notice.split("|")[1] for notice in answer[1:]] == [poller]

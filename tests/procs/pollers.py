@@ -2,7 +2,8 @@
 COUNT WAIT_S LISTED``. Each of COUNT threads long-polls QUEUE once for up to
 WAIT_S (the periodic re-check pushed past that, so only a wake-up can make
 a poller look again). It prints ``listed`` once it hears LISTED pollers
-parked (every process's), then, as JSON, each poller's lease statements
+parked (every process's; ``listed only N`` and exit 1 if that takes
+over 30 s), then, as JSON, each poller's lease statements
 (how many tasks each leased)."""
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ def main() -> None:
     for thread in threads:
         thread.start()
     key = notify.queue_key(namespace.id, queue)
+    give_up = time.monotonic() + 30
     while notify.parked.listed(key) < listed:  # every process's pollers, as this one hears them
+        if time.monotonic() > give_up:
+            print(f"listed only {notify.parked.listed(key)}", flush=True)  # a park notice was lost
+            sys.exit(1)
         time.sleep(0.01)
     print("listed", flush=True)
     for thread in threads:
