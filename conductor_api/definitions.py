@@ -9,29 +9,9 @@ from __future__ import annotations
 from django.db import transaction
 from rest_framework import serializers
 
-from metadata import taskdefs, workflows
-from metadata import views as native_views
-from metadata.models import TaskDefinition, WorkflowVersion
-from metadata.serializers import TaskDefinitionSerializer
+from metadata import taskdef_bodies, taskdefs, workflows
+from metadata.models import WorkflowVersion
 from nodeflow.models import Namespace
-
-
-def _validated_taskdef(item: object) -> tuple[dict, dict | None]:
-    """(column values, the Conductor fields kept) as the native route
-    validates a task definition (metadata/views.py), or plainly with its
-    serializer where that route has no Conductor translation."""
-    native = getattr(native_views, "_validated_taskdef", None)
-    if native is not None:
-        return native(item)
-    serializer = TaskDefinitionSerializer(data=item)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data), None
-
-
-def native_taskdef_body(row: TaskDefinition) -> dict | None:
-    """The native route's view of a task definition, Conductor fields included, if it has one."""
-    native = getattr(native_views, "_taskdef_body", None)
-    return native(row) if native is not None else None
 
 
 def as_list(body: object) -> tuple[list, bool]:
@@ -51,10 +31,10 @@ def register_task_definitions(*, namespace: Namespace, body: object) -> int:
     validated = []
     for index, item in enumerate(items):
         try:
-            values, extras = _validated_taskdef(item)
+            values, extras = taskdef_bodies.validated(item)
         except serializers.ValidationError as exc:
             raise _prefixed(index if listed else None, exc) from exc
-        validated.append(values if extras is None else {**values, "conductor": extras})
+        validated.append({**values, "conductor": extras})
     with transaction.atomic():
         for values in validated:
             taskdefs.upsert_task_definition(namespace=namespace, values=values)

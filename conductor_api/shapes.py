@@ -10,10 +10,10 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from conductor_api.definitions import native_taskdef_body
 from executions.models import Execution, Task
+from metadata import taskdef_bodies
 from metadata.models import TaskDefinition, WorkflowVersion
-from metadata.serializers import TaskDefinitionSerializer, WorkflowVersionSerializer
+from metadata.serializers import WorkflowVersionSerializer
 
 # Node Flow type → Conductor's taskType, where they differ.
 TASK_TYPES = {"FORK_JOIN": "FORK"}
@@ -121,7 +121,7 @@ TASKDEF_ALIASES = {
 
 
 def taskdef_view(row: TaskDefinition) -> dict:
-    body = native_taskdef_body(row) or dict(TaskDefinitionSerializer(row).data)
+    body = taskdef_bodies.answer(row)
     for ours, theirs in TASKDEF_ALIASES.items():
         if ours in body and theirs not in body:
             body[theirs] = body[ours]

@@ -8,31 +8,13 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from metadata import conductor, schema_shapes, taskdefs, workflows
+from metadata import schema_shapes, taskdef_bodies, taskdefs, workflows
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.serializers import TaskDefinitionSerializer, WorkflowVersionSerializer
 from nodeflow.auth import Scope
 from nodeflow.errors import InvalidField
 from nodeflow.fields import StrictIntegerField, StrictSerializer
 from nodeflow.views import NamespacedView
-
-
-def _taskdef_body(row: TaskDefinition) -> dict:
-    """Every native field, and the Conductor fields the definition was given."""
-    return conductor.taskdef_view(TaskDefinitionSerializer(row).data, row.conductor or {})
-
-
-def _validated_taskdef(data, *, instance: TaskDefinition | None = None) -> tuple[dict, dict]:
-    """(validated column values, the Conductor fields to keep). A refusal
-    names the field as the body named it (``responseTimeoutSeconds``, not
-    the native name it maps onto)."""
-    native, extras = conductor.translate_taskdef(data)
-    serializer = TaskDefinitionSerializer(instance, data=native, partial=instance is not None)
-    if not serializer.is_valid():
-        given = {conductor.TASKDEF_ALIASES[alias]: alias for alias in extras.get("aliases", [])}
-        errors = serializer.errors
-        raise serializers.ValidationError({given.get(key, key): value for key, value in errors.items()})
-    return dict(serializer.validated_data), extras
 
 
 class TaskDefinitionListView(NamespacedView):
@@ -46,7 +28,7 @@ class TaskDefinitionListView(NamespacedView):
     )
     def get(self, request, ns):
         rows = TaskDefinition.objects.filter(namespace=self.namespace).order_by("name")
-        return Response([_taskdef_body(row) for row in rows])
+        return Response([taskdef_bodies.answer(row) for row in rows])
 
     @extend_schema(
         summary="Create or replace a task definition",
@@ -59,9 +41,9 @@ class TaskDefinitionListView(NamespacedView):
         responses={200: TaskDefinitionSerializer, 201: TaskDefinitionSerializer},
     )
     def post(self, request, ns):
-        values, extras = _validated_taskdef(request.data)
+        values, extras = taskdef_bodies.validated(request.data)
         row, created = taskdefs.upsert_task_definition(namespace=self.namespace, values={**values, "conductor": extras})
-        return Response(_taskdef_body(row), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(taskdef_bodies.answer(row), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(
         operation_id="replace_task_definition",
@@ -82,7 +64,7 @@ class TaskDefinitionDetailView(NamespacedView):
     )
     def get(self, request, ns, name):
         row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
-        return Response(_taskdef_body(row))
+        return Response(taskdef_bodies.answer(row))
 
     @extend_schema(
         summary="Change some fields of a task definition",
@@ -91,7 +73,7 @@ class TaskDefinitionDetailView(NamespacedView):
     )
     def patch(self, request, ns, name):
         row = taskdefs.get_task_definition(namespace=self.namespace, name=name)
-        values, extras = _validated_taskdef(request.data, instance=row)
+        values, extras = taskdef_bodies.validated(request.data, instance=row)
         if values.get("name", name) != name:
             raise InvalidField("name", "cannot be changed; create a new definition instead")
         if extras:
@@ -102,7 +84,7 @@ class TaskDefinitionDetailView(NamespacedView):
                 **({"aliases": aliases} if aliases else {}),
             }
         row = taskdefs.patch_task_definition(namespace=self.namespace, name=name, values=values)
-        return Response(_taskdef_body(row))
+        return Response(taskdef_bodies.answer(row))
 
     @extend_schema(summary="Delete a task definition", responses={204: None})
     def delete(self, request, ns, name):
