@@ -134,6 +134,13 @@ def place_reopened(*, execution: Execution, admitted: bool | None, now: dt.datet
         take_ticket(execution=execution, admitted=admitted)
 
 
+def take_held_ticket(ticket_id: int) -> bool:
+    """A held start (its run locked) leaves the held line: its ticket goes.
+    False when it is gone already: the run ended (terminated) meanwhile, or
+    another pass placed it."""
+    return bool(Admission.objects.filter(pk=ticket_id, bucket=HELD_LINE).delete()[0])
+
+
 def leave_held_line(*, execution: Execution, workflow: dict, now: dt.datetime) -> bool:
     """A held start (locked; its held ticket gone) passed the start controls:
     it lines up in its admission bucket like a start, admitted at once if

@@ -129,7 +129,7 @@ def admit_held(*, namespace_id: int, now: dt.datetime) -> list[uuid.UUID]:
             capped.add(held.name)
             continue
         execution = runs.lock(held.id)
-        if execution is None or not Admission.objects.filter(pk=ticket.pk).delete()[0]:
+        if execution is None or not admission.take_held_ticket(ticket.pk):
             continue  # it ended (terminated) meanwhile, or another pass placed it
         namespace_quotas.count_start(quota, now=now)
         admission.leave_held_line(execution=execution, workflow=workflow, now=now)

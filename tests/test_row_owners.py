@@ -30,6 +30,19 @@ MODELS = {
     "Timer": "executions/runs.py",
     "DecideRequest": "executions/runs.py",
 }
+# The control tables, each written by its control's module (docs/architecture.md,
+# "Who writes what"); checked in the source only. The purge deletes the
+# rows of the executions it removes (their holders, their tickets).
+CONTROL_MODELS = {
+    "Semaphore": "quotas/semaphores.py",
+    "SemaphoreHolder": "quotas/semaphores.py",
+    "RateWindow": "quotas/rate_limits.py",
+    "NamespaceQuota": "quotas/namespace_quotas.py",
+    "Admission": "quotas/admission.py",
+    "Schedule": "quotas/schedules.py",
+    "WorkerPoll": "quotas/diagnostics.py",
+}
+PURGE = "executions/purge.py"
 WRITES = {"update", "delete", "create", "bulk_create", "get_or_create", "update_or_create", "save"}
 SQL_WRITE = re.compile(
     r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(" + "|".join(row_owners.OWNERS) + r")\b", re.IGNORECASE
@@ -47,14 +60,15 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _writes_in(path: pathlib.Path) -> list[tuple[str, int]]:
-    """(model or table, line) of each write found in the module's source."""
+def _writes_in(path: pathlib.Path, models: dict[str, str] = MODELS) -> list[tuple[str, int]]:
+    """(model or table, line) of each write to one of ``models`` (or, for
+    the engine's models, to its table in SQL) found in the module's source."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITES:
             name = _root_name(node.func.value)
-            if name in MODELS:
+            if name in models:
                 found.append((name, node.lineno))
         if (
             (
@@ -65,10 +79,10 @@ def _writes_in(path: pathlib.Path) -> list[tuple[str, int]]:
             and _root_name(node.func.value) == "sql"
             and node.args
             and isinstance(node.args[0], ast.Name)
-            and node.args[0].id in MODELS
+            and node.args[0].id in models
         ):
             found.append((node.args[0].id, node.lineno))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if models is MODELS and isinstance(node, ast.Constant) and isinstance(node.value, str):
             for table in SQL_WRITE.findall(node.value):
                 found.append((table.lower(), node.lineno))
     return found
@@ -80,6 +94,18 @@ def test_no_module_but_the_owner_writes_an_owned_table():
     for path in _product_modules():
         relative = path.relative_to(ROOT).as_posix()
         strays += [f"{relative}:{line} writes {what}" for what, line in _writes_in(path) if owners[what] != relative]
+    assert strays == [], "\n".join(strays)
+
+
+def test_no_module_but_its_control_writes_a_control_table():
+    strays = []
+    for path in _product_modules():
+        relative = path.relative_to(ROOT).as_posix()
+        strays += [
+            f"{relative}:{line} writes {model}"
+            for model, line in _writes_in(path, CONTROL_MODELS)
+            if CONTROL_MODELS[model] != relative and relative != PURGE
+        ]
     assert strays == [], "\n".join(strays)
 
 
