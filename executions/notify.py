@@ -272,6 +272,10 @@ class _Poller:
     event: threading.Event | None = None  # this process's pollers only
     woken: bool = False  # picked for a ready notice (no longer listed anywhere)
 
+    def park_notice(self, poller_id: str) -> str:
+        """``p|id|key|until``: lists the poller in every process that hears it."""
+        return f"{PARK}{poller_id}|{self.key}|{self.until:.3f}"
+
 
 class Parked:
     """The parked long-polls of every queue, longest parked first; a ready
@@ -307,11 +311,10 @@ class Parked:
             poller = self._local.get(poller_id)
             if poller is None:
                 return ""
-            listed = self._listed.setdefault(poller.key, {})
-            if self._others and poller_id not in listed:
-                return f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
+            if self._others and poller_id not in self._listed.get(poller.key, {}):
+                return poller.park_notice(poller_id)
             poller.woken = False
-            listed[poller_id] = poller
+            self._listed.setdefault(poller.key, {})[poller_id] = poller
             return ""
 
     def end(self, poller_id: str) -> None:
@@ -399,7 +402,7 @@ class Parked:
             if poller is None or not self._others:
                 return "", ""
             listed = poller_id in self._listed.get(poller.key, {})
-        park = "" if listed else f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
+        park = "" if listed else poller.park_notice(poller_id)
         return park, (f"{LEAVE}{poller_id}" if listed else "")
 
     def listed(self, key: str) -> int:
@@ -423,7 +426,7 @@ class Parked:
         with self._lock:
             self._listed.clear()
             self._others.clear()
-            return [f"{PARK}{poller_id}|{p.key}|{p.until:.3f}" for poller_id, p in self._local.items()]
+            return [poller.park_notice(poller_id) for poller_id, poller in self._local.items()]
 
     def idle_for(self, seconds: float) -> bool:
         """Whether this process has had no poller for ``seconds``; if so the
@@ -442,7 +445,7 @@ class Parked:
         began to listen after they parked."""
         with self._lock:
             return [
-                f"{PARK}{poller_id}|{poller.key}|{poller.until:.3f}"
+                poller.park_notice(poller_id)
                 for poller_id, poller in self._local.items()
                 if poller_id in self._listed.get(poller.key, {})
             ]
