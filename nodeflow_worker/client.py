@@ -84,23 +84,25 @@ def result_body(
 
 
 class Client:
-    """One connection pool to one server, for one namespace and API key.
-    Safe to share between threads."""
+    """Connections to one server, for one namespace and API key. Safe to
+    share between threads.
+
+    Long polls have a pool of their own (``polls``), so a poller goes on
+    using the connection it polled on, and so the same server process,
+    instead of whichever connection results and heartbeats left idle: on
+    PostgreSQL every server process that holds a parked poll listens for
+    wake-ups, and each notice costs every listener a transaction."""
 
     def __init__(self, base_url: str, api_key: str, namespace: str = "default", *, timeout_s: float = 40.0) -> None:
         self.namespace = namespace
-        self.http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers={"x-api-key": api_key},
-            timeout=timeout_s,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
-        )
+        self.http = _pool(base_url, api_key, timeout_s)
+        self.polls = _pool(base_url, api_key, timeout_s)
 
     def _url(self, path: str) -> str:
         return f"/v1/ns/{self.namespace}/{path}"
 
-    def _post(self, path: str, body: Any) -> httpx.Response:
-        response = self.http.post(self._url(path), json=body)
+    def _post(self, path: str, body: Any, *, http: httpx.Client | None = None) -> httpx.Response:
+        response = (http or self.http).post(self._url(path), json=body)
         if response.status_code == 409:
             answer = _json_or_empty(response)
             raise StaleLease(answer.get("message", "stale lease"), answer.get("taskStatus"))
@@ -111,7 +113,8 @@ class Client:
         body: dict[str, Any] = {"count": count, "waitSeconds": wait_s}
         if worker_id:  # the server refuses an empty id; without one the poll names no worker
             body["workerId"] = worker_id
-        return [LeasedTask.from_json(item) for item in self._post(f"tasks/poll/{task_type}", body).json()]
+        answer = self._post(f"tasks/poll/{task_type}", body, http=self.polls)
+        return [LeasedTask.from_json(item) for item in answer.json()]
 
     def heartbeat(self, task: LeasedTask, progress: Any = None) -> dict:
         """Extend the lease; the answer carries the new ``leaseExpiresAt``."""
@@ -173,6 +176,16 @@ class Client:
 
     def close(self) -> None:
         self.http.close()
+        self.polls.close()
+
+
+def _pool(base_url: str, api_key: str, timeout_s: float) -> httpx.Client:
+    return httpx.Client(
+        base_url=base_url.rstrip("/"),
+        headers={"x-api-key": api_key},
+        timeout=timeout_s,
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+    )
 
 
 def _json_or_empty(response: httpx.Response) -> dict:
