@@ -475,12 +475,14 @@ class _Listener(threading.Thread):
         self.channel = channel
         self.stopping = threading.Event()
         self.listening = threading.Event()  # LISTEN is in effect: its notices reach this process
+        self.backend_pid: int | None = None  # its session's, in PostgreSQL (pg_stat_activity)
 
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
                 self._listen()
             except Exception:
+                self.listening.clear()  # until a new connection listens again
                 if self.stopping.is_set():
                     return
                 log.warning("notification listener lost its connection; reconnecting", exc_info=True)
@@ -494,7 +496,10 @@ class _Listener(threading.Thread):
         params.pop("context", None)
         params.pop("server_side_binding", None)
         params.pop("prepare_threshold", None)
+        # A new connection (the first, or one after a lost one) listens to nothing yet.
+        self.listening.clear()
         with psycopg.connect(**params, autocommit=True) as conn:
+            self.backend_pid = conn.info.backend_pid
             if self.channel != TASKS_CHANNEL:
                 conn.execute(f"LISTEN {self.channel}")
                 self.listening.set()

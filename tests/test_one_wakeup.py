@@ -159,3 +159,36 @@ def test_a_poller_parked_before_the_census_is_in_its_answer():
     assert parked.park(poller) == ""
     answer = parked.heard_listener("other", census=True)
     assert [notice.split("|")[1] for notice in answer[1:]] == [poller]
+
+
+@pytest.mark.postgres
+def test_a_listener_that_lost_its_connection_listens_again(namespace, monkeypatch):
+    """The listening session is killed under a parked poller: the listener
+    reconnects, listens again (it went on believing it listened, and so
+    never did, before), and the next ready task wakes the poller well
+    before its periodic re-check."""
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN is PostgreSQL's")
+    monkeypatch.setattr(dispatch, "LISTEN_RECHECK_S", WAIT_S + 60)
+    assert dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=0.1) == []
+    listener = notify._listeners[notify.TASKS_CHANNEL]
+    lost = listener.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [lost])
+    wait_for(lambda: listener.backend_pid != lost and listener.listening.is_set())
+    got: list[int] = []
+
+    def poll() -> None:
+        try:
+            got.append(len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=WAIT_S)))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    wait_for(lambda: notify.parked.listed(notify.queue_key(namespace.id, QUEUE)) == 1)
+    started = time.monotonic()
+    lifecycle.start_execution(namespace=namespace, name="one")
+    thread.join()
+    assert got == [1]
+    assert time.monotonic() - started < WAIT_S / 2
