@@ -94,7 +94,9 @@ class Pick:
     task_id: uuid.UUID | None = None
 
 
-def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int, *, park: str = "", leave: str = "") -> Lease:
+def lease_queue(
+    namespace_id: int, queue: str, worker_id: str, count: int, *, park: str = "", leave: str = "", gated: bool = True
+) -> Lease:
     """Lease up to ``count`` ready tasks of a worker queue, highest priority
     first, and no more than its definition's controls allow. On PostgreSQL a
     queue this process has not seen controlled tries the one statement that
@@ -102,12 +104,16 @@ def lease_queue(namespace_id: int, queue: str, worker_id: str, count: int, *, pa
     ``park``/``leave``: the long-poll's notice (``notify.Parked``), sent in
     the lease's own transaction: ``park`` if it leases nothing, ``leave`` if
     it leases something. In a transaction that made tasks of the queue
-    ready, what it leases is taken off their ready notice (``notify.leased``)."""
+    ready, what it leases is taken off their ready notice (``notify.leased``).
+    ``gated=False`` (PostgreSQL): a queue with controls is not leased here at
+    all (a sync match, which takes no gate's locks in another's transaction)."""
     token = new_token()
     lease = None
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
         tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now(), park, leave)
         lease = None if controlled else Lease(tasks)
+    if lease is None and not gated and connection.vendor == "postgresql":
+        return Lease([])
     if lease is None:
         lease = lease_gated(Pick(namespace_id, queue), worker_id, count, token, park=park, leave=leave)
     if lease.tasks:

@@ -19,6 +19,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from executions import attempts, notify
@@ -34,6 +35,9 @@ from quotas import metrics as quota_metrics
 LISTEN_RECHECK_S = 1.0
 # Without LISTEN/NOTIFY (SQLite, across processes) the re-check is the wake-up.
 POLL_RECHECK_S = 0.05
+# A poll that a sync match claimed waits at most this long for the claiming
+# transaction to end (it holds no lock the poll needs; its tasks are the poll's).
+SETTLE_WAIT_S = 10.0
 
 
 def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s: float) -> list[Task]:
@@ -58,16 +62,21 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     # is not lost. A ready task wakes one parked poller (notify.Parked); a
     # freed slot or permit, every poller waiting on its key.
     event = threading.Event()
-    poller = notify.parked.begin(queue_key, time.time() + wait_s, event)
+    ask = _Ask(namespace.id, queue, worker_id, count)
+    poller = notify.parked.begin(queue_key, time.time() + wait_s, event, ask)
     try:
         # After begin: a listener that stopped listening (no pollers) starts again.
-        recheck = LISTEN_RECHECK_S if notify.ensure_listener() else POLL_RECHECK_S
+        listens = notify.ensure_listener()
+        recheck = LISTEN_RECHECK_S if listens else POLL_RECHECK_S
         while True:
             event.clear()
             for key in keys:
                 notify.hub.attach(key, event)
             park, leave = notify.parked.notices(poller)
-            lease = look(park, leave)
+            known_empty = 0.0  # for how long a look would find nothing, as far as this process knows
+            if not (park or leave) and (not listens or notify.hears_tasks()):
+                known_empty = notify.parked.known_empty(queue_key, recheck)
+            lease = attempts.Lease([]) if known_empty else _look(queue_key, count, look, park, leave)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return metrics.polled(namespace.id, queue, lease.tasks)
@@ -75,7 +84,10 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
                 late = notify.parked.park(poller)
                 if late:  # another process began to listen meanwhile: tell it after all
                     notify.announce(late)
-            event.wait(min(remaining, recheck, _next_window_in(lease)))
+            event.wait(min(remaining, known_empty or recheck, _next_window_in(lease)))
+            handed = notify.parked.unpark(poller, SETTLE_WAIT_S)
+            if handed:  # a sync match: leased for this poll in the transaction that made them ready
+                return metrics.polled(namespace.id, queue, handed)
             if lease.gate is not None:
                 # Permits freed by other queues sharing a semaphore wake this one too.
                 keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
@@ -83,6 +95,47 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
         for key in keys:
             notify.hub.unregister(key, event)
         notify.parked.end(poller)
+
+
+def _look(
+    queue_key: str, count: int, look: Callable[[str, str], attempts.Lease], park: str, leave: str
+) -> attempts.Lease:
+    """A long-poll's look; one of a queue without controls that leases
+    fewer tasks than asked marks it empty (``notify.Parked.known_empty``)."""
+    epoch, looked_at = notify.parked.epoch(queue_key), time.monotonic()
+    lease = look(park, leave)
+    if len(lease.tasks) < count and (lease.gate is None or not lease.gate.controls.any):
+        notify.parked.saw_empty(queue_key, epoch, looked_at)
+    return lease
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What a parked poll asks for, as a sync match leases it."""
+
+    namespace_id: int
+    queue: str
+    worker_id: str
+    count: int
+
+
+def _matchable(ask: _Ask) -> bool:
+    """A sync match leases only for queues without controls (as far as this
+    process has seen): a controlled queue's lease takes its gate's locks,
+    which the poll's own transaction takes, not a start's or a result's."""
+    return not controls.is_controlled(ask.namespace_id, ask.queue)
+
+
+def _lease_matched(ask: _Ask) -> list[Task]:
+    """Lease for a parked poll in the transaction that made its queue's tasks
+    ready (``notify.on_sync_match``): the poll's own lease, by the one
+    statement that leases nothing if the queue has controls after all."""
+    tasks = attempts.lease_queue(ask.namespace_id, ask.queue, ask.worker_id, ask.count, gated=False).tasks
+    metrics.record_dispatch(tasks)
+    return tasks
+
+
+notify.on_sync_match(_matchable, _lease_matched)
 
 
 def _count_held_back(lease: attempts.Lease, counted: set[str], namespace_id: int) -> None:

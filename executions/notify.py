@@ -28,6 +28,7 @@ hooks that act on it (which gates to try first; Celery messages).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -36,8 +37,8 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from django.db import connection, transaction
 
@@ -178,6 +179,9 @@ def leased(namespace_id: int, queue: str, count: int) -> None:
 
 
 def _send_ready(ready: dict[str, int]) -> None:
+    _meet(ready)  # less what it handed to this process's parked pollers
+    if not ready:
+        return
     notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items()]
     if connection.vendor == "postgresql":
         announce(*notices)  # heard by every listener, this process's too, in commit order
@@ -248,6 +252,49 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
         _send(channel, key)
 
 
+# --- sync match ------------------------------------------------------------------
+# A service transaction that made tasks of a queue ready, in a process where
+# a long-poll of that queue is parked, leases them for that poll before it
+# commits (as Temporal's matching service hands a new task to a waiting
+# poller: a "sync match"), and the poll answers with them once it commits:
+# no ready notice, no wake-up, no lease transaction of the poll's own. The
+# lease is the poll's (its worker id, its count), taken through the same
+# path and gate as every lease (the hook ``dispatch`` registers), so every
+# control holds. Only while no other process listens: then this process's
+# list of parked pollers is its own, and no other process's copy of it
+# goes stale. A rolled-back transaction hands nothing; the poll looks again.
+Leaser = Callable[[Any], list]  # a parked poll's ask → the tasks leased for it, in the caller's transaction
+Matchable = Callable[[Any], bool]  # whether a sync match may lease for a poll with this ask
+_matcher: list[tuple[Matchable, Leaser]] = []
+
+
+def on_sync_match(matchable: Matchable, lease: Leaser) -> None:
+    """``lease(ask)`` leases for a parked poll (its ``ask``, given to
+    ``Parked.begin``) in the transaction that made its queue's tasks ready,
+    where ``matchable(ask)``."""
+    _matcher[:] = [(matchable, lease)]
+
+
+def _meet(ready: dict[str, int]) -> None:
+    """Hand tasks of ``ready`` (queue key → how many became ready, in the
+    current service transaction) to this process's parked polls of those
+    queues, one poll at a time; what they leased is taken off ``ready``
+    (``leased``)."""
+    if not _matcher or not transactions.active():
+        return
+    matchable, lease = _matcher[0]
+    for key in list(ready):
+        while ready.get(key, 0) > 0:
+            claimed = parked.claim(key, matchable)
+            if claimed is None:
+                break
+            poller_id, poller = claimed
+            transactions.after(functools.partial(parked.settle, poller_id))
+            poller.handed = lease(poller.ask)
+            if not poller.handed:
+                break  # nothing it may lease now: the rest wait for the notice
+
+
 # --- one wake-up per ready task ------------------------------------------------
 # Notices on TASKS_CHANNEL, besides plain keys (which wake every waiter: a
 # freed slot or permit, which the pollers a control holds back wait for):
@@ -261,6 +308,8 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
 READY, PARK, LEAVE, CENSUS, HERE, UNLISTENED = "r|", "p|", "l|", "c|", "h|", "u|"
 _PARKED_NOTICES = frozenset({READY, PARK, LEAVE, UNLISTENED})
 PROCESS = f"{os.getpid()}-{secrets.token_hex(3)}"
+Epoch = tuple[int, int]  # (generation, ready notices heard of one queue key)
+_MAX_KEYS = 10_000  # queue keys counted and marked empty, at most
 _sent = itertools.count()
 _pollers = itertools.count()
 
@@ -271,6 +320,11 @@ class _Poller:
     until: float  # time.time() it gives up by
     event: threading.Event | None = None  # this process's pollers only
     woken: bool = False  # picked for a ready notice (no longer listed anywhere)
+    ask: Any = None  # what a sync match leases for it (``on_sync_match``); this process's pollers only
+    parked: bool = False  # waiting (between ``park`` and ``unpark``): it may be matched
+    claimed: bool = False  # a transaction is leasing for it (sync match), not ended yet
+    handed: list | None = None  # what that transaction leased for it, once it committed
+    settled: threading.Event = field(default_factory=threading.Event)  # the claiming transaction ended
 
     def park_notice(self, poller_id: str) -> str:
         """``p|id|key|until``: lists the poller in every process that hears it."""
@@ -291,13 +345,21 @@ class Parked:
         self._others: set[str] = set()  # the other processes listening, as the notices say
         self._idle_since = time.monotonic()  # when this process's last poller ended
         self.wanted = threading.Event()  # a poller began: the listener should be listening
+        # Queues known empty (``known_empty``): the ready notices heard per
+        # queue key since this process last began to hear them
+        # (``_generation``), and per key the count a look that found nothing
+        # more to lease began at, and when (time.monotonic()).
+        self._generation = 0
+        self._readies: dict[str, int] = {}
+        self._empty: dict[str, tuple[Epoch, float]] = {}
 
     # --- this process's pollers ------------------------------------------
-    def begin(self, key: str, until: float, event: threading.Event) -> str:
-        """A poll of ``key`` that may park; its id names it in the notices."""
+    def begin(self, key: str, until: float, event: threading.Event, ask: Any = None) -> str:
+        """A poll of ``key`` that may park; its id names it in the notices.
+        ``ask``: what a sync match leases for it (None: it is never matched)."""
         poller_id = f"{PROCESS}.{next(_pollers)}"
         with self._lock:
-            self._local[poller_id] = _Poller(key, until, event)
+            self._local[poller_id] = _Poller(key, until, event, ask=ask)
             self.wanted.set()
         return poller_id
 
@@ -314,8 +376,62 @@ class Parked:
             if self._others and poller_id not in self._listed.get(poller.key, {}):
                 return poller.park_notice(poller_id)
             poller.woken = False
+            poller.parked = True
             self._listed.setdefault(poller.key, {})[poller_id] = poller
             return ""
+
+    def claim(self, key: str, matchable: Callable[[Any], bool]) -> tuple[str, _Poller] | None:
+        """This process's longest-parked poll of ``key`` that a sync match
+        may lease for (``matchable(ask)``), taken off the list; None if there
+        is none, or while another process listens (its list would go stale)."""
+        now = time.time()
+        with self._lock:
+            if self._others:
+                return None
+            listed = self._listed.get(key, {})
+            for poller_id, poller in listed.items():
+                if poller.ask is None or not poller.parked or poller.until < now or poller.event is None:
+                    continue
+                if not matchable(poller.ask):
+                    return None  # every poll of one key asks of the same queue
+                del listed[poller_id]
+                if not listed:
+                    self._listed.pop(key, None)
+                poller.parked, poller.woken, poller.claimed, poller.handed = False, True, True, None
+                poller.settled.clear()
+                return poller_id, poller
+        return None
+
+    def settle(self, poller_id: str, committed: bool) -> None:
+        """The transaction that claimed the poll ended: what it leased is the
+        poll's if it committed (nothing if it rolled back); the poll wakes."""
+        with self._lock:
+            poller = self._local.get(poller_id)
+            if poller is None:
+                return
+            if not committed:
+                poller.handed = None
+            poller.claimed = False
+            poller.settled.set()
+            event = poller.event
+        if event is not None:
+            event.set()
+
+    def unpark(self, poller_id: str, wait_s: float) -> list:
+        """The poll stops waiting (woken, or its wait is up): it may no longer
+        be matched. What a sync match handed it, once the transaction that
+        claimed it has ended (waiting up to ``wait_s`` for that)."""
+        with self._lock:
+            poller = self._local.get(poller_id)
+            if poller is None:
+                return []
+            poller.parked = False
+            claimed = poller.claimed
+        if claimed:
+            poller.settled.wait(wait_s)
+        with self._lock:
+            handed, poller.handed = poller.handed or [], None
+        return handed
 
     def end(self, poller_id: str) -> None:
         """The poll returns: forget it here (other processes drop it when it
@@ -367,6 +483,7 @@ class Parked:
         now = time.time()
         events = []
         with self._lock:
+            self._heard_ready(key)
             listed = self._listed.get(key, {})
             picked = 0
             for poller_id in list(listed):
@@ -426,6 +543,7 @@ class Parked:
         with self._lock:
             self._listed.clear()
             self._others.clear()
+            self._forget_empty()
             return [poller.park_notice(poller_id) for poller_id, poller in self._local.items()]
 
     def idle_for(self, seconds: float) -> bool:
@@ -438,6 +556,7 @@ class Parked:
             self.wanted.clear()
             self._listed.clear()
             self._others.clear()
+            self._forget_empty()
             return True
 
     def roll_call(self) -> list[str]:
@@ -454,6 +573,53 @@ class Parked:
         with self._lock:
             self._listed.clear()
             self._local.clear()
+            self._forget_empty()
+
+    # --- queues known empty -------------------------------------------------
+    # A poll that comes back at once (a worker polls again for its free slots
+    # after a lease) would look in a transaction that finds nothing when the
+    # last look of its queue found nothing more and no ready notice of it has
+    # been heard since (a sync match hands its tasks over without one). Such
+    # a poll parks without looking, where this process hears every ready
+    # notice of the queue: on PostgreSQL while it listens, on SQLite (its own
+    # notices only) within the re-check that finds other processes' tasks
+    # anyway. A mark is trusted for one re-check's time, so tasks made ready
+    # without a notice (a retry's delay ending) are found as soon as before.
+    def epoch(self, key: str) -> Epoch:
+        """Read before a look; ``saw_empty`` takes it back."""
+        with self._lock:
+            return self._generation, self._readies.get(key, 0)
+
+    def saw_empty(self, key: str, epoch: Epoch, looked_at: float) -> None:
+        """A look that began at ``epoch`` (and ``looked_at``, time.monotonic())
+        found nothing more to lease of ``key``."""
+        with self._lock:
+            if epoch == (self._generation, self._readies.get(key, 0)):
+                if len(self._empty) > _MAX_KEYS:
+                    self._empty.clear()
+                self._empty[key] = (epoch, looked_at)
+
+    def known_empty(self, key: str, trust_s: float) -> float:
+        """For how many more seconds ``key`` is known empty (0: it is not):
+        a look found nothing more less than ``trust_s`` ago, and no ready
+        notice of it has been heard since."""
+        with self._lock:
+            mark = self._empty.get(key)
+            if mark is None or mark[0] != (self._generation, self._readies.get(key, 0)):
+                return 0.0
+            return max(0.0, trust_s - (time.monotonic() - mark[1]))
+
+    def _heard_ready(self, key: str) -> None:
+        if len(self._readies) > _MAX_KEYS:
+            self._forget_empty()
+        self._readies[key] = self._readies.get(key, 0) + 1
+        self._empty.pop(key, None)
+
+    def _forget_empty(self) -> None:
+        """Notices may have gone unheard: no queue is known empty."""
+        self._generation += 1
+        self._readies.clear()
+        self._empty.clear()
 
 
 parked = Parked()
@@ -562,6 +728,12 @@ def ensure_listener(channel: str = TASKS_CHANNEL) -> bool:
     # A poll that parked before LISTEN took effect would not hear its own park.
     listener.listening.wait(LISTEN_START_S)
     return True
+
+
+def hears_tasks() -> bool:
+    """Whether this process's listener listens to the task channel now."""
+    listener = _listeners.get(TASKS_CHANNEL)
+    return listener is not None and listener.listening.is_set()
 
 
 def stop_listeners() -> None:

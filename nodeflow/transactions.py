@@ -9,11 +9,12 @@ savepoints. Side effects that must wait for the commit (notifications, a
 decision made right after) go through ``transaction.on_commit``.
 
 ``first_in_transaction`` scopes work done once per service transaction (one
-wake-up per key however many rows a batch frees), and ``pending`` gathers
-what is sent once at its end, just before the commit (how many tasks of
-each queue it made ready, less those it leased itself): a ContextVar set and
-reset around the block, whether it commits or rolls back, so no stale key
-outlives a rollback. Only Django's public API is used.
+wake-up per key however many rows a batch frees), ``pending`` gathers what
+is sent once at its end, just before the commit (how many tasks of each
+queue it made ready, less those it leased itself), and ``after`` is told
+once it has ended whether it committed: a ContextVar set and reset around
+the block, whether it commits or rolls back, so no stale key outlives a
+rollback. Only Django's public API is used.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class _Scope:
     done: set[str] = field(default_factory=set)
     # name → (what is gathered, what sends it before the commit), in the order first asked
     pending: dict[str, tuple[dict, Callable[[dict], None]]] = field(default_factory=dict)
+    # called once the transaction has ended, with whether it committed
+    after: list[Callable[[bool], None]] = field(default_factory=list)
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
@@ -42,16 +45,22 @@ def outermost() -> Iterator[None]:
     """``transaction.atomic(durable=True)``, scoping ``first_in_transaction``
     and ``pending`` (whose flushes run at the end of the block, inside the
     transaction, unless it raised)."""
-    with transaction.atomic(durable=True):
-        scope = _Scope()
-        token = _scope.set(scope)
-        try:
-            yield
-            for gathered, flush in scope.pending.values():
-                if gathered:
-                    flush(gathered)
-        finally:
-            _scope.reset(token)
+    scope = _Scope()
+    committed = False
+    try:
+        with transaction.atomic(durable=True):
+            token = _scope.set(scope)
+            try:
+                yield
+                for gathered, flush in scope.pending.values():
+                    if gathered:
+                        flush(gathered)
+            finally:
+                _scope.reset(token)
+        committed = True
+    finally:
+        for callback in scope.after:
+            callback(committed)
 
 
 def first_in_transaction(key: str) -> bool:
@@ -63,6 +72,22 @@ def first_in_transaction(key: str) -> bool:
     if key in scope.done:
         return False
     scope.done.add(key)
+    return True
+
+
+def active() -> bool:
+    """Whether the caller runs inside an ``outermost()`` transaction."""
+    return _scope.get() is not None
+
+
+def after(callback: Callable[[bool], None]) -> bool:
+    """Call ``callback(committed)`` once this ``outermost()`` transaction
+    has ended, committed or rolled back (Django's ``on_commit`` says nothing
+    of a rollback). False outside one: nothing is registered."""
+    scope = _scope.get()
+    if scope is None:
+        return False
+    scope.after.append(callback)
     return True
 
 

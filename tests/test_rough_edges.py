@@ -272,7 +272,7 @@ def test_the_worker_sdk_polls_without_an_empty_worker_id(api):
     sent: list[dict] = []
 
     class Recording(WorkerClient):
-        def _post(self, path, body):
+        def _post(self, path, body, **how):
             sent.append(body)
 
             class Answer:
