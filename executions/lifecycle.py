@@ -11,6 +11,8 @@ import datetime as dt
 import logging
 import uuid
 
+from django.db import transaction
+
 from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
 from executions.decider.snapshot import FAILURE
@@ -77,20 +79,25 @@ def start_requested(*, namespace: Namespace, start: dict) -> tuple[Execution, bo
 
 
 def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
-    """Start each of ``starts`` (a start's validated fields) in a transaction
-    of its own, through the one start path: one answer each, in order, and
-    one refused (a quota, an unknown workflow) spoils none of the others."""
+    """Start each of ``starts`` (a start's validated fields) through the one
+    start path, in one transaction, each in a savepoint of its own: one
+    answer each, in order; one refused (a quota, an unknown workflow) rolls
+    back its own savepoint and spoils none of the others; one commit (one
+    WAL flush) for the batch. Each start sees those before it in the batch,
+    as it would had they committed: a quota counts them, an idempotency key
+    repeated in the batch gives the same execution."""
     answers = []
-    for start in starts:
-        try:
-            with transactions.outermost():
-                execution, created = start_requested(namespace=namespace, start=start)
-        except ApiError as exc:
-            answers.append({"status": exc.status_code, **exc.body()})
-        else:
-            answers.append(
-                {"status": 201 if created else 200, "id": str(execution.id), "executionStatus": execution.status}
-            )
+    with transactions.outermost():
+        for start in starts:
+            try:
+                with transaction.atomic():
+                    execution, created = start_requested(namespace=namespace, start=start)
+            except ApiError as exc:
+                answers.append({"status": exc.status_code, **exc.body()})
+            else:
+                answers.append(
+                    {"status": 201 if created else 200, "id": str(execution.id), "executionStatus": execution.status}
+                )
     return answers
 
 

@@ -48,6 +48,7 @@ def record_poll(*, namespace_id: int, queue: str, worker_id: str) -> None:
     """Note that ``worker_id`` polls ``queue`` (at most every POLL_RECORD_S
     per process). A failure to record never fails the poll."""
     key = (namespace_id, queue, worker_id)
+    _unpolled.pop((namespace_id, queue), None)
     if _due(key):
         _upsert_polls([namespace_id], queue, worker_id, key)
 
@@ -94,6 +95,7 @@ def forget_polls() -> None:
     with _lock:
         _recorded.clear()
         _seen.clear()
+        _unpolled.clear()
 
 
 def last_poll(*, namespace_id: int, queue: str) -> dt.datetime | None:
@@ -105,6 +107,12 @@ def last_poll(*, namespace_id: int, queue: str) -> dt.datetime | None:
 # pollers" until then, whatever the table says now (blockedBy shows no time
 # for a queue that has pollers).
 _seen: dict[tuple[int, str], dt.datetime] = {}
+# And the queues it found without a recent poll, for UNPOLLED_FOR_S: a start
+# into a queue nobody polls (a backfill before its workers run) reads the
+# table once a second, not once per start. A poll in this process forgets
+# its queue's entry at once; one in another process shows within that time.
+UNPOLLED_FOR_S = 1.0
+_unpolled: dict[tuple[int, str], tuple[float, dt.datetime | None]] = {}
 
 
 def recent_poll(*, namespace_id: int, queue: str, now: dt.datetime) -> dt.datetime | None:
@@ -116,12 +124,18 @@ def recent_poll(*, namespace_id: int, queue: str, now: dt.datetime) -> dt.dateti
     seen = _seen.get(key)
     if seen is not None and seen >= horizon:
         return seen
+    unpolled = _unpolled.get(key)
+    if unpolled is not None and time.monotonic() - unpolled[0] < UNPOLLED_FOR_S:
+        return unpolled[1]
     found = last_poll(namespace_id=namespace_id, queue=queue)
-    if found is not None and found >= horizon:
-        with _lock:
-            if len(_seen) > _MAX_REMEMBERED:
-                _seen.clear()
+    with _lock:
+        if len(_seen) > _MAX_REMEMBERED or len(_unpolled) > _MAX_REMEMBERED:
+            _seen.clear()
+            _unpolled.clear()
+        if found is not None and found >= horizon:
             _seen[key] = found
+        else:
+            _unpolled[key] = (time.monotonic(), found)
     return found
 
 

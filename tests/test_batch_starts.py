@@ -5,6 +5,7 @@ idempotencyKey and its own answer; one refused start spoils no other."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from executions.models import Execution
 from tests.engine_helpers import execution, register, simple
@@ -70,3 +71,29 @@ def test_a_malformed_batch_is_refused_whole_naming_the_field(api, body, field):
     assert answer.status_code == 400, answer.json()
     assert answer.json()["field"] == field
     assert not Execution.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_is_one_commit_and_each_start_sees_those_before_it(api, monkeypatch):
+    register(api, "one", simple("work"))
+    commits: list[int] = []
+    commit = connection.commit
+
+    def counting() -> None:
+        commits.append(1)
+        commit()
+
+    monkeypatch.setattr(connection, "commit", counting)
+    body = {
+        "executions": [
+            {"name": "one", "idempotencyKey": "same"},
+            {"name": "one"},
+            {"name": "one", "idempotencyKey": "same"},
+        ]
+    }
+    response = api.post("executions/batch", body)
+    assert response.status_code == 200, response.json()
+    answers = response.json()["results"]
+    assert [a["status"] for a in answers] == [201, 201, 200]
+    assert answers[0]["id"] == answers[2]["id"]
+    assert len(commits) == 1

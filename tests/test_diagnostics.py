@@ -76,6 +76,27 @@ def test_a_queue_nobody_polls_lately_says_no_pollers(api, frozen_clock):
     assert task_at(execution(api, pk), "t")["blockedBy"]["control"] == "noPollers"
 
 
+def test_starts_into_a_queue_nobody_polls_read_the_polls_once_a_second(api, frozen_clock, monkeypatch):
+    """A backfill into a queue before its workers run: the first start's
+    answer reads the poll table, the next ones (within UNPOLLED_FOR_S)
+    remember it; a poll in this process is seen by the next start at once."""
+    looks: list[str] = []
+    last_poll = diagnostics.last_poll
+
+    def counting(**where):
+        looks.append(where["queue"])
+        return last_poll(**where)
+
+    monkeypatch.setattr(diagnostics, "last_poll", counting)
+    task_def(api, "backfill")
+    register(api, "fill_one", simple("t", "backfill"))
+    for _ in range(3):
+        assert task_at(start(api, "fill_one"), "t")["blockedBy"]["control"] == "noPollers"
+    assert looks == ["backfill"]
+    poll(api, "backfill", worker="w1")
+    assert task_at(start(api, "fill_one"), "t")["blockedBy"] is None
+
+
 def test_a_capped_queue_says_concurrent_exec_limit(api, frozen_clock):
     ids = fill(api, "charge", 2, concurrentExecLimit=1)
     (leased,) = poll(api, "charge", count=10)
