@@ -427,8 +427,9 @@ class Parked:
                 return []
             poller.parked = False
             claimed = poller.claimed
-        if claimed:
-            poller.settled.wait(wait_s)
+        if claimed and not poller.settled.wait(wait_s):
+            # Its lease, if that transaction commits, runs out and the task is offered again.
+            log.warning("a sync match's transaction did not end within %.0f s; the poll answers without it", wait_s)
         with self._lock:
             handed, poller.handed = poller.handed or [], None
         return handed

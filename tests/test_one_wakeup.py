@@ -16,10 +16,8 @@ import pytest
 from django.db import connection
 
 from executions import attempts, dispatch, lifecycle, notify
-from metadata.taskdefs import upsert_task_definition
-from metadata.workflows import register_workflow
-from nodeflow.keys import ensure_namespace
 from tests.procs.stack import PYTHON, ROOT, live_database_url
+from tests.wakeup_helpers import one_task_namespace, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -29,17 +27,7 @@ WAIT_S = 6.0
 
 @pytest.fixture
 def namespace():
-    ns = ensure_namespace(name="default")
-    upsert_task_definition(namespace=ns, values={"name": QUEUE})
-    register_workflow(namespace=ns, body={"name": "one", "tasks": [{"name": QUEUE, "taskReferenceName": "t"}]})
-    return ns
-
-
-def wait_for(condition, timeout_s: float = 10.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < give_up, "timed out"
-        time.sleep(0.01)
+    return one_task_namespace(QUEUE)
 
 
 def test_in_one_process_a_ready_task_wakes_one_poller(namespace, monkeypatch):

@@ -21,11 +21,11 @@ from django.db import connection
 from executions import attempts, dispatch, lifecycle, notify
 from executions.models import Task, TaskStatus
 from metadata.taskdefs import upsert_task_definition
-from metadata.workflows import register_workflow
 from nodeflow import transactions
 from nodeflow.keys import ensure_namespace
 from quotas import controls
 from tests.engine_helpers import register, simple, start
+from tests.wakeup_helpers import one_task_namespace, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,10 +35,7 @@ WAIT_S = 5.0
 
 @pytest.fixture
 def namespace():
-    ns = ensure_namespace(name="default")
-    upsert_task_definition(namespace=ns, values={"name": QUEUE})
-    register_workflow(namespace=ns, body={"name": "one", "tasks": [{"name": QUEUE, "taskReferenceName": "t"}]})
-    return ns
+    return one_task_namespace(QUEUE)
 
 
 @pytest.fixture
@@ -78,10 +75,7 @@ class Poller(threading.Thread):
     def parked(self) -> Poller:
         self.start()
         key = notify.queue_key(self.namespace.id, QUEUE)
-        give_up = time.monotonic() + 10
-        while notify.parked.listed(key) < 1:
-            assert time.monotonic() < give_up, "the poll never parked"
-            time.sleep(0.005)
+        wait_for(lambda: notify.parked.listed(key) >= 1)
         return self
 
 
@@ -128,8 +122,7 @@ def test_each_parked_poll_gets_what_it_asks_for_and_no_more(namespace, leases):
     second = Poller(namespace, count=1, name="second")
     second.start()
     key = notify.queue_key(namespace.id, QUEUE)
-    while notify.parked.listed(key) < 2:
-        time.sleep(0.005)
+    wait_for(lambda: notify.parked.listed(key) == 2)
     with transactions.outermost():
         for _ in range(3):
             lifecycle.start_execution(namespace=namespace, name="one")
@@ -197,10 +190,7 @@ def test_a_queue_known_empty_is_looked_at_again_after_a_recheck(namespace, lease
     key = notify.queue_key(namespace.id, QUEUE)
     heard = notify.parked.epoch(key)
     lifecycle.start_execution(namespace=namespace, name="one")
-    give_up = time.monotonic() + 10
-    while notify.parked.epoch(key) == heard:  # its notice heard (at once on SQLite)
-        assert time.monotonic() < give_up
-        time.sleep(0.005)
+    wait_for(lambda: notify.parked.epoch(key) != heard)  # its notice heard (at once on SQLite)
     # As if the notice had never come: the queue is marked empty after it.
     notify.parked.saw_empty(key, notify.parked.epoch(key), time.monotonic())
     recheck = dispatch.LISTEN_RECHECK_S if notify.ensure_listener() else dispatch.POLL_RECHECK_S
