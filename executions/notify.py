@@ -523,6 +523,11 @@ class Parked:
         park = "" if listed else poller.park_notice(poller_id)
         return park, (f"{LEAVE}{poller_id}" if listed else "")
 
+    def waiting(self, key: str) -> int:
+        """How many of this process's polls of ``key`` are parked (a sync match may lease for them)."""
+        with self._lock:
+            return sum(1 for poller in self._local.values() if poller.key == key and poller.parked)
+
     def listed(self, key: str) -> int:
         """How many pollers of ``key`` are listed (every process's, as heard here)."""
         with self._lock:

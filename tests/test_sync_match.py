@@ -75,7 +75,7 @@ class Poller(threading.Thread):
     def parked(self) -> Poller:
         self.start()
         key = notify.queue_key(self.namespace.id, QUEUE)
-        wait_for(lambda: notify.parked.listed(key) >= 1)
+        wait_for(lambda: notify.parked.waiting(key) >= 1)
         return self
 
 
@@ -122,7 +122,7 @@ def test_each_parked_poll_gets_what_it_asks_for_and_no_more(namespace, leases):
     second = Poller(namespace, count=1, name="second")
     second.start()
     key = notify.queue_key(namespace.id, QUEUE)
-    wait_for(lambda: notify.parked.listed(key) == 2)
+    wait_for(lambda: notify.parked.waiting(key) == 2)
     with transactions.outermost():
         for _ in range(3):
             lifecycle.start_execution(namespace=namespace, name="one")
@@ -198,3 +198,27 @@ def test_a_queue_known_empty_is_looked_at_again_after_a_recheck(namespace, lease
     got = dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=recheck + 3)
     assert len(got) == 1
     assert time.monotonic() - began < recheck + 1
+
+
+def test_a_matched_start_sends_no_notice_and_costs_one_statement_more(api, namespace):
+    """The hot path's budget (tests/test_hot_path.py): a start is five
+    statements on PostgreSQL with its NOTIFY; a start that meets a parked
+    poll leases instead of notifying: still five, no pg_notify, and the
+    poll itself runs nothing after its first look."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.test_hot_path import statements
+
+    register(api, "routed", simple("routed_step", QUEUE))
+    for _ in range(2):  # caches: the snapshot, the controls, the last poll
+        start(api, "routed")
+        assert len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=0)) == 1
+    poller = Poller(namespace).parked()
+    with CaptureQueriesContext(connection) as queries:
+        start(api, "routed")
+    poller.join()
+    assert poller.got is not None and len(poller.got) == 1
+    done = statements(queries)
+    assert not [s for s in done if s.lstrip().startswith("SELECT pg_notify")], done
+    if connection.vendor == "postgresql":
+        assert len(done) <= 5, [s[:90] for s in done]
