@@ -146,17 +146,26 @@ def test_a_queue_with_controls_is_never_matched(namespace, leases):
     assert all(lease[0] == "poller" for lease in leases), leases
 
 
-def test_the_match_statement_refuses_a_queue_this_process_has_not_seen_controlled(namespace, leases):
-    """The controls cache does not know the cap yet (another process set
-    it): the match is tried and its statement leases nothing; the cap holds."""
-    upsert_task_definition(namespace=namespace, values={"name": QUEUE, "concurrent_exec_limit": 1})
+@pytest.mark.parametrize(
+    "control",
+    [{"concurrent_exec_limit": 1}, {"rate_limit_per_frequency": 1, "rate_limit_frequency_seconds": 60.0}],
+    ids=["concurrentExecLimit", "rateLimit"],
+)
+def test_the_match_statement_refuses_a_queue_this_process_has_not_seen_controlled(
+    namespace, leases, control, frozen_clock
+):
+    """The controls cache does not know the control yet (another process
+    set it): the match is tried and its statement leases nothing; the
+    control holds. (The clock stands still: a rate window that ends between
+    the two leases would rightly let the second through.)"""
+    upsert_task_definition(namespace=namespace, values={"name": QUEUE, **control})
     start_one(namespace)
     assert len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=0)) == 1
     poller = Poller(namespace, wait_s=1.0).parked()
     controls.forget()
     start_one(namespace)
     poller.join()
-    assert poller.got == []
+    assert poller.got == [], leases
     assert Task.objects.filter(status=TaskStatus.IN_PROGRESS).count() == 1
 
 
