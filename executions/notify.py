@@ -265,14 +265,15 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
 # goes stale. A rolled-back transaction hands nothing; the poll looks again.
 Leaser = Callable[[Any], list]  # a parked poll's ask → the tasks leased for it, in the caller's transaction
 Matchable = Callable[[Any], bool]  # whether a sync match may lease for a poll with this ask
-_matcher: list[tuple[Matchable, Leaser]] = []
+_matcher: tuple[Matchable, Leaser] | None = None
 
 
 def on_sync_match(matchable: Matchable, lease: Leaser) -> None:
     """``lease(ask)`` leases for a parked poll (its ``ask``, given to
     ``Parked.begin``) in the transaction that made its queue's tasks ready,
     where ``matchable(ask)``."""
-    _matcher[:] = [(matchable, lease)]
+    global _matcher
+    _matcher = (matchable, lease)
 
 
 def _meet(ready: dict[str, int]) -> None:
@@ -280,9 +281,9 @@ def _meet(ready: dict[str, int]) -> None:
     current service transaction) to this process's parked polls of those
     queues, one poll at a time; what they leased is taken off ``ready``
     (``leased``)."""
-    if not _matcher or not transactions.active():
+    if _matcher is None or not transactions.active():
         return
-    matchable, lease = _matcher[0]
+    matchable, lease = _matcher
     for key in list(ready):
         while ready.get(key, 0) > 0:
             claimed = parked.claim(key, matchable)
@@ -314,6 +315,12 @@ _sent = itertools.count()
 _pollers = itertools.count()
 
 
+def _set_event() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class _Poller:
     key: str
@@ -322,9 +329,8 @@ class _Poller:
     woken: bool = False  # picked for a ready notice (no longer listed anywhere)
     ask: Any = None  # what a sync match leases for it (``on_sync_match``); this process's pollers only
     parked: bool = False  # waiting (between ``park`` and ``unpark``): it may be matched
-    claimed: bool = False  # a transaction is leasing for it (sync match), not ended yet
-    handed: list | None = None  # what that transaction leased for it, once it committed
-    settled: threading.Event = field(default_factory=threading.Event)  # the claiming transaction ended
+    handed: list | None = None  # what a sync match's transaction leased for it, once it committed
+    settled: threading.Event = field(default_factory=_set_event)  # clear while a sync match's transaction runs
 
     def park_notice(self, poller_id: str) -> str:
         """``p|id|key|until``: lists the poller in every process that hears it."""
@@ -390,14 +396,14 @@ class Parked:
                 return None
             listed = self._listed.get(key, {})
             for poller_id, poller in listed.items():
-                if poller.ask is None or not poller.parked or poller.until < now or poller.event is None:
+                if poller.ask is None or not poller.parked or poller.until < now:
                     continue
                 if not matchable(poller.ask):
                     return None  # every poll of one key asks of the same queue
                 del listed[poller_id]
                 if not listed:
                     self._listed.pop(key, None)
-                poller.parked, poller.woken, poller.claimed, poller.handed = False, True, True, None
+                poller.parked, poller.woken, poller.handed = False, True, None
                 poller.settled.clear()
                 return poller_id, poller
         return None
@@ -411,7 +417,6 @@ class Parked:
                 return
             if not committed:
                 poller.handed = None
-            poller.claimed = False
             poller.settled.set()
             event = poller.event
         if event is not None:
@@ -426,8 +431,7 @@ class Parked:
             if poller is None:
                 return []
             poller.parked = False
-            claimed = poller.claimed
-        if claimed and not poller.settled.wait(wait_s):
+        if not poller.settled.wait(wait_s):
             # Its lease, if that transaction commits, runs out and the task is offered again.
             log.warning("a sync match's transaction did not end within %.0f s; the poll answers without it", wait_s)
         with self._lock:

@@ -42,9 +42,10 @@ _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow
 
 @contextmanager
 def outermost() -> Iterator[None]:
-    """``transaction.atomic(durable=True)``, scoping ``first_in_transaction``
-    and ``pending`` (whose flushes run at the end of the block, inside the
-    transaction, unless it raised)."""
+    """``transaction.atomic(durable=True)``, scoping ``first_in_transaction``,
+    ``pending`` (whose flushes run at the end of the block, inside the
+    transaction, unless it raised) and ``after`` (told, once it has ended,
+    whether it committed)."""
     scope = _Scope()
     committed = False
     try:
