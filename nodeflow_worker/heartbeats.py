@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 import time
 
@@ -53,6 +54,9 @@ class Heartbeats:
         self.max_interval_s = max_interval_s
         self._due: dict[str, tuple[Task, float]] = {}
         self._cond = threading.Condition()
+        # Until when the loop sleeps (-inf while it is awake): a task due
+        # later needs no wake-up, and most are (each lease is long).
+        self._sleeps_until = -math.inf
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="nodeflow-heartbeats", daemon=True)
 
@@ -81,8 +85,10 @@ class Heartbeats:
         with self._cond:
             # A task that finished while its beat was in flight stays removed.
             if new or task.task_id in self._due:
-                self._due[task.task_id] = (task, time.monotonic() + delay)
-                self._cond.notify_all()
+                at = time.monotonic() + delay
+                self._due[task.task_id] = (task, at)
+                if at < self._sleeps_until:
+                    self._cond.notify_all()
 
     def _loop(self) -> None:
         while True:
@@ -100,7 +106,11 @@ class Heartbeats:
             if due:
                 return due
             soonest = min((at for _, at in self._due.values()), default=now + self.max_interval_s)
-            self._cond.wait(max(soonest - now, 0.001))
+            self._sleeps_until = soonest
+            try:
+                self._cond.wait(max(soonest - now, 0.001))
+            finally:
+                self._sleeps_until = -math.inf
         return None
 
     def _beat(self, task: Task) -> None:

@@ -30,6 +30,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from queue import SimpleQueue
 from typing import Any
 
 import httpx
@@ -70,6 +71,41 @@ class _Queue:
     thread: threading.Thread | None = None
 
 
+class _Runners:
+    """The threads that run tasks: one is started when a task finds none
+    idle, and kept for the next (starting a thread per task cost more than
+    a quick task itself). There are never more than tasks in flight at
+    once, so never more than the worker's slots. Daemon threads, so a
+    second signal still exits at once, whatever a task is doing."""
+
+    def __init__(self) -> None:
+        self._work: SimpleQueue[tuple[Callable[..., None], tuple]] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
+
+    def run(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            start = not self._idle
+            if start:
+                self._started += 1
+            else:
+                self._idle -= 1  # that thread takes this task (or another queued one: the counts match)
+        self._work.put((fn, args))
+        if start:
+            threading.Thread(target=self._loop, name=f"nodeflow-task-{self._started}", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, args = self._work.get()
+            try:
+                fn(*args)
+            except Exception:  # a bug here must not take the thread (and the task's slot count) with it
+                log.exception("running a task failed")
+            with self._lock:
+                self._idle += 1
+
+
 class Worker:
     """Polls the queues of its registered functions and runs their tasks."""
 
@@ -103,6 +139,7 @@ class Worker:
         # Eager dispatch: a final result leases the next task of its type in the same request.
         eager = Eager(self.worker_id, self._wants_more, self._begin_leased) if eager_dispatch else None
         self._reporter = Reporter(self.client, batch=batch_results, retry_for_s=report_retry_s, eager=eager)
+        self._runners = _Runners()
         self._cond = threading.Condition()
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -291,9 +328,7 @@ class Worker:
             )
             return
         self._heartbeats.add(task)
-        threading.Thread(
-            target=self._execute, args=(queue, task), name=f"nodeflow-{queue.name}-{task.task_id[:8]}", daemon=True
-        ).start()
+        self._runners.run(self._execute, queue, task)
 
     def _wants_more(self, task_type: str) -> bool:
         return task_type in self._queues and not self._stopping.is_set()

@@ -28,7 +28,7 @@ from nodeflow.keys import create_api_key
 from nodeflow_worker import Client, LeasedTask, TaskError, TerminalError, Worker, WorkerError
 from nodeflow_worker import Task as WorkerTask
 from nodeflow_worker.client import parse_time
-from nodeflow_worker.heartbeats import AFTER_EXPIRY_S, MIN_INTERVAL_S, next_beat_in
+from nodeflow_worker.heartbeats import AFTER_EXPIRY_S, MIN_INTERVAL_S, Heartbeats, next_beat_in
 from nodeflow_worker.reporter import Report, Reporter
 from nodeflow_worker.worker import as_output, run_function
 from tests.procs.stack import PYTHON, ROOT, Stack, live_database_url
@@ -186,6 +186,35 @@ def test_the_next_heartbeat_comes_at_a_third_of_the_lease_left(left_s, extended,
     assert next_beat_in(left_s, extended=extended, max_interval_s=30.0) == pytest.approx(expected)
 
 
+class _Lease:
+    def __init__(self, task_id: str, lease_s: float) -> None:
+        self.task_id = task_id
+        self.lease_expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=lease_s)
+
+
+def test_the_heartbeat_loop_is_woken_only_by_a_task_due_before_it_would_wake():
+    # A worker adds a task to the heartbeat loop for every lease: waking the
+    # loop for each one cost a thread switch per task, though a lease is long
+    # and its first beat is seldom the soonest.
+    beats = Heartbeats(client=None, max_interval_s=30.0)  # type: ignore[arg-type] # nothing is due: no beat is sent
+    woken = []
+    notify_all = beats._cond.notify_all
+    beats._cond.notify_all = lambda: woken.append(1) or notify_all()  # type: ignore[method-assign] # counts the loop's wake-ups
+    beats.start()
+    try:
+        beats.add(_Lease("a", 60.0))  # type: ignore[arg-type] # due in 20 s, before the loop's 30 s
+        deadline = time.monotonic() + 5
+        while beats._sleeps_until > time.monotonic() + 25 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the loop sleeps until a's beat
+        assert woken == [1]
+        beats.add(_Lease("b", 90.0))  # type: ignore[arg-type] # due in 30 s: after a's, the loop need not wake
+        assert woken == [1]
+        beats.add(_Lease("c", 3.0))  # type: ignore[arg-type] # due in 1 s: before a's, so it must
+        assert woken == [1, 1]
+    finally:
+        beats.close()
+
+
 def _task(worker: Worker, attempt: int = 1) -> WorkerTask:
     leased = LeasedTask(
         task_id="t1",
@@ -341,11 +370,13 @@ def test_the_readme_example_worker_runs_the_checkout_workflow_to_completion(serv
 def test_it_never_runs_more_than_concurrency_functions_at_once(server, running):
     server.one_task_flow("capped")
     lock, now, most, leased_most = threading.Lock(), [0], [0], [0]
+    threads: set[threading.Thread] = set()
     worker = server.worker(concurrency=3)
 
     @worker.task("capped")
     def capped(task):
         with lock:
+            threads.add(threading.current_thread())
             now[0] += 1
             most[0] = max(most[0], now[0])
             leased_most[0] = max(leased_most[0], worker.in_flight)
@@ -360,6 +391,7 @@ def test_it_never_runs_more_than_concurrency_functions_at_once(server, running):
     assert {e["status"] for e in ended.values()} == {"COMPLETED"}
     assert most[0] == 3  # pressed against the limit, never past it
     assert leased_most[0] <= 3  # nor more leased than slots
+    assert len(threads) <= 3, threads  # ten tasks on the threads of three slots, kept between tasks
     assert {e["output"]["result"]["n"] for e in ended.values()} == set(range(10))
     assert {t["attempt"] for e in ended.values() for t in e["tasks"]} == {1}
 
