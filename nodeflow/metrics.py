@@ -21,6 +21,8 @@ a few microseconds each.
 
 from __future__ import annotations
 
+import bisect
+import collections
 import datetime as dt
 import functools
 import hmac
@@ -211,15 +213,38 @@ def _after_commit(increments: Increments) -> None:
 
 def _increment(increments: Increments) -> None:
     # After the commit: a failure here is logged, never the request's.
+    # A series' increments are summed and its observations written together:
+    # every write of a value takes a lock and a write to the process's
+    # memory-mapped file, and a batch of 100 results wrote 500 one by one.
     try:
+        counted: dict[tuple[Counter, tuple[str, ...]], float] = {}
+        observed: dict[tuple[Histogram, tuple[str, ...]], list[float]] = {}
         for metric, labels, amount in increments:
-            child = _child(metric, labels)
-            if isinstance(child, Histogram):
-                child.observe(max(0.0, amount))
+            if isinstance(metric, Histogram):
+                observed.setdefault((metric, labels), []).append(max(0.0, amount))
             else:
-                child.inc(amount)
+                counted[metric, labels] = counted.get((metric, labels), 0.0) + amount
+        for (counter, labels), total in counted.items():
+            _child(counter, labels).inc(total)
+        for (histogram, labels), amounts in observed.items():
+            observe_all(_child(histogram, labels), amounts)
     except Exception:  # metrics must never fail the work they count
         log.exception("metrics: could not record")
+
+
+def observe_all(child: Histogram, amounts: list[float]) -> None:
+    """``child.observe`` of each of ``amounts``, with each bucket and the
+    sum written once. The buckets and sum are kept as ``Histogram.observe``
+    keeps them in the pinned prometheus-client (an amount counts in the first
+    bucket whose bound is not below it); tests/test_metrics.py holds the two
+    equal, so a release that keeps them otherwise fails there."""
+    if len(amounts) == 1:
+        child.observe(amounts[0])
+        return
+    buckets = collections.Counter(bisect.bisect_left(child._upper_bounds, amount) for amount in amounts)
+    child._sum.inc(sum(amounts))
+    for index, count in buckets.items():
+        child._buckets[index].inc(count)
 
 
 def _seconds(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
