@@ -8,7 +8,6 @@ import uuid
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -32,29 +31,9 @@ TASK = schema_shapes.TaskResultAnswerSerializer
 BATCH_ANSWER = schema_shapes.BatchResultAnswersSerializer
 
 
-class JSONOnlyNegotiation(DefaultContentNegotiation):
-    """With JSON the only renderer, a request that accepts anything (no
-    Accept header, ``*/*``, ``application/json``) gets it without parsing
-    the header into media types; any other Accept goes through DRF's
-    negotiation, so a refusal is still its 406."""
-
-    PLAIN = frozenset({"", "*/*", "application/json"})
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        if (
-            len(renderers) == 1
-            and format_suffix is None
-            and self.settings.URL_FORMAT_OVERRIDE not in request.query_params
-            and request.META.get("HTTP_ACCEPT", "").strip() in self.PLAIN
-        ):
-            return renderers[0], renderers[0].media_type
-        return super().select_renderer(request, renderers, format_suffix)
-
-
 class WorkerView(NamespacedView):
-    # Workers speak JSON: no browsable-API renderer to build and negotiate.
+    # Workers speak JSON: no browsable-API renderer to build.
     renderer_classes = [JSONRenderer]
-    content_negotiation_class = JSONOnlyNegotiation
 
 
 def _task_uuid(task_id: str) -> uuid.UUID:

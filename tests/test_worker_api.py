@@ -623,3 +623,44 @@ def test_the_worker_routes_answer_json_to_whoever_accepts_it(api, accept, status
         assert [task["referenceTaskName"] for task in response.json()] == ["a"]
     else:
         assert response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        None,
+        "",
+        "*/*",
+        " */* ",
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/html",
+        "text/html,application/xhtml+xml,*/*;q=0.8",
+        "application/yaml",
+        "application/*",
+    ],
+)
+@pytest.mark.parametrize("browsable", [False, True])
+def test_every_route_negotiates_as_drf_does_without_parsing_a_plain_accept(rf, accept, browsable):
+    # nodeflow.negotiation picks JSON for a plain Accept without DRF's parse
+    # of the header: the same renderer and media type DRF's own picks, or
+    # the same 406.
+    from rest_framework.exceptions import NotAcceptable
+    from rest_framework.negotiation import DefaultContentNegotiation
+    from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+    from rest_framework.request import Request
+
+    from nodeflow.negotiation import JSONFirstNegotiation
+
+    renderers = [JSONRenderer(), BrowsableAPIRenderer()] if browsable else [JSONRenderer()]
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    request = Request(rf.get("/v1/ns/default/executions", **headers))
+
+    def pick(negotiation):
+        try:
+            renderer, media_type = negotiation().select_renderer(request, renderers)
+        except NotAcceptable:
+            return "406"
+        return type(renderer).__name__, media_type
+
+    assert pick(JSONFirstNegotiation) == pick(DefaultContentNegotiation)
