@@ -35,6 +35,8 @@ class _Scope:
     pending: dict[str, tuple[dict, Callable[[dict], None]]] = field(default_factory=dict)
     # called once the transaction has ended, with whether it committed
     after: list[Callable[[bool], None]] = field(default_factory=list)
+    # key → what was read once in this transaction (``once``)
+    read: dict[str, Any] = field(default_factory=dict)
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
@@ -74,6 +76,21 @@ def first_in_transaction(key: str) -> bool:
         return False
     scope.done.add(key)
     return True
+
+
+def once[T](key: str, read: Callable[[], T]) -> T:
+    """``read()`` the first time ``key`` is asked inside this ``outermost()``
+    transaction, what it gave after that; every time outside one. For what
+    a service reads again and again in one transaction (each start of a
+    bulk start reads its workflow's published snapshot and the namespace's
+    quotas): read once, as one statement of the transaction would see it.
+    A read inside a savepoint that rolls back stays good (it wrote nothing)."""
+    scope = _scope.get()
+    if scope is None:
+        return read()
+    if key not in scope.read:
+        scope.read[key] = read()
+    return scope.read[key]
 
 
 def active() -> bool:

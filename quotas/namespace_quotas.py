@@ -17,7 +17,7 @@ import time
 from executions import sql
 from executions.models import ACTIVE_EXECUTION, Execution
 from metadata.models import WorkflowDefinition
-from nodeflow import clock
+from nodeflow import clock, transactions
 from nodeflow.errors import QuotaExceeded
 from nodeflow.models import Namespace
 from quotas import metrics, rate_limits
@@ -145,7 +145,9 @@ def start_refusal(
     Neither raised nor counted, and nothing spent: a start that passes every
     control then calls ``count_start``. Locks the quota row (``lock=False``:
     a diagnostic's committed view); ``held``: as in ``active_roots``."""
-    quota = _read(namespace_id, lock=False)
+    # Once per transaction (a bulk start's hundred starts read it once); the
+    # locked read below is made by each start that needs it.
+    quota = transactions.once(f"quota:{namespace_id}", lambda: _read(namespace_id, lock=False))
     if quota is None or (quota.max_concurrent_executions is None and quota.max_executions_per_minute is None):
         # No start quota: nothing to count under the row's lock, which
         # would make every start of the namespace wait for the one before.

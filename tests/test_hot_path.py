@@ -133,6 +133,21 @@ def test_a_start_reads_and_writes_in_five_statements(warm, monkeypatch):
     assert started["tasks"][0]["blockedBy"] is None
 
 
+def test_a_bulk_start_reads_its_workflow_and_the_quotas_once_however_many_starts(warm):
+    def bulk(count: int) -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            response = warm.post("executions/batch", {"executions": [{"name": "one"}] * count})
+        assert {answer["status"] for answer in response.json()["results"]} == {201}
+        return statements(queries)
+
+    one, ten = bulk(1), bulk(10)
+    # Per start, only its own rows (the execution, its first task); the
+    # published snapshot and the namespace's quotas are read once.
+    assert len(ten) - len(one) == 9 * 2, "\n".join(s[:90] for s in ten)
+    snapshot_reads = [s for s in ten if "snapshot_id" in s and s.lstrip().upper().startswith("SELECT")]
+    assert len(snapshot_reads) == 1, snapshot_reads
+
+
 def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
     register(
         warm,
