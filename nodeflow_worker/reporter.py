@@ -1,8 +1,7 @@
-"""Reporting results, as soon as they finish.
+"""Reporting results: one thread sends them in the order they finish.
 
-A lone result is sent at once by the thread that finished it, on the single
-route. Results that finish while a send is in progress wait for the
-reporter thread, which sends them together to the batch route (up to 100). Transient failures are retried
+Results that finish together go in one request to the batch route (up to
+100); a lone result uses the single route. Transient failures are retried
 with backoff for up to ``retry_for_s``; after that the result is given up and
 the server re-delivers the task when its lease runs out. A 409 (lease lost,
 task canceled) drops the result: the server has already moved on.
@@ -76,30 +75,13 @@ class Reporter:
         self.retry_for_s = retry_for_s
         self.eager = eager
         self._queue: queue.Queue[Report | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._sending = 0  # sends in progress, the reporter thread's and callers' own
         self._thread = threading.Thread(target=self._loop, name="nodeflow-reporter", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def submit(self, report: Report) -> None:
-        """Send ``report``: at once, in the caller's thread, when nothing is
-        being sent or waiting (a lone result gains nothing from waiting for
-        a batch, and skips a hand-over to the reporter thread); otherwise
-        through the reporter thread, which batches what finishes together."""
-        with self._lock:
-            alone = not self._sending and self._queue.empty()
-            if alone:
-                self._sending += 1
-            else:
-                self._queue.put(report)
-        if alone:
-            try:
-                self._send_all([report])
-            finally:
-                with self._lock:
-                    self._sending -= 1
+        self._queue.put(report)
 
     def close(self) -> None:
         """Send what is queued, then stop."""
@@ -113,8 +95,6 @@ class Reporter:
             first = self._queue.get()
             if first is None:
                 return
-            with self._lock:
-                self._sending += 1
             reports = [first]
             while self.batch and len(reports) < MAX_BATCH:
                 try:
@@ -125,11 +105,7 @@ class Reporter:
                     closing = True
                     break
                 reports.append(item)
-            try:
-                self._send_all(reports)
-            finally:
-                with self._lock:
-                    self._sending -= 1
+            self._send_all(reports)
 
     def _send_all(self, reports: list[Report]) -> None:
         try:

@@ -11,9 +11,8 @@
 Each registered task type has its own poller thread and at most
 ``concurrency`` tasks in flight: a poll asks for as many tasks as there are
 free slots, and a slot is freed once the task's result is reported. Every
-running task is heartbeaten automatically (``heartbeats``); a result is sent
-as its task finishes, batched with others that finish while a send is in
-progress (``reporter``).
+running task is heartbeaten automatically (``heartbeats``); results are sent
+by one reporter thread, batched when several finish together (``reporter``).
 ``stop()`` (or SIGTERM/SIGINT in ``run()``) stops polling, lets the tasks in
 flight finish and report, and returns; a second signal exits at once.
 """
@@ -77,23 +76,15 @@ class _Runners:
     idle, and kept for the next (starting a thread per task cost more than
     a quick task itself). There are never more than tasks in flight at
     once, so never more than the worker's slots. Daemon threads, so a
-    second signal still exits at once, whatever a task is doing.
-
-    A task handed over by a runner while it runs (the next step its result
-    leased, eager dispatch) is run next by that same thread, once its own
-    task returns: a sequential flow's steps pass no task between threads."""
+    second signal still exits at once, whatever a task is doing."""
 
     def __init__(self) -> None:
         self._work: SimpleQueue[tuple[Callable[..., None], tuple]] = SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
         self._started = 0
-        self._mine = threading.local()  # in a runner thread: the task it runs next, if one was handed over
 
     def run(self, fn: Callable[..., None], *args: Any) -> None:
-        if getattr(self._mine, "running", False) and self._mine.next is None:
-            self._mine.next = (fn, args)
-            return
         with self._lock:
             start = not self._idle
             if start:
@@ -105,17 +96,12 @@ class _Runners:
             threading.Thread(target=self._loop, name=f"nodeflow-task-{self._started}", daemon=True).start()
 
     def _loop(self) -> None:
-        self._mine.running = True
         while True:
-            work: tuple[Callable[..., None], tuple] | None = self._work.get()
-            while work is not None:
-                fn, args = work
-                self._mine.next = None
-                try:
-                    fn(*args)
-                except Exception:  # a bug here must not take the thread (and the task's slot count) with it
-                    log.exception("running a task failed")
-                work = self._mine.next
+            fn, args = self._work.get()
+            try:
+                fn(*args)
+            except Exception:  # a bug here must not take the thread (and the task's slot count) with it
+                log.exception("running a task failed")
             with self._lock:
                 self._idle += 1
 

@@ -572,43 +572,30 @@ def test_run_raises_when_the_server_refuses_the_key(server):
 
 
 def test_results_that_finish_together_go_in_one_batch(server):
-    # A lone result is sent at once by the thread that finished it; those
-    # that finish while a send is in progress wait and go together.
     server.one_task_flow("batched")
-    ids = [server.start_flow("batched", n) for n in range(6)]
+    ids = [server.start_flow("batched", n) for n in range(5)]
     leased: list[LeasedTask] = []
     wait_for(
         lambda: (
-            bool(leased.extend(server.client.poll("batched", worker_id="b", count=6 - len(leased)))) or len(leased) == 6
+            bool(leased.extend(server.client.poll("batched", worker_id="b", count=5 - len(leased)))) or len(leased) == 5
         ),
         10,
     )
-    client, calls, reported, release = Client(server.url, server.key), [], [], threading.Event()
+    client, calls, reported = Client(server.url, server.key), [], []
     send_batch, send_one = client.post_results, client.result
-
-    def held(*args, **kwargs):
-        calls.append(1)
-        release.wait(10)
-        return send_one(*args, **kwargs)
-
     client.post_results = lambda bodies: calls.append(len(bodies)) or send_batch(bodies)
-    client.result = held
+    client.result = lambda *a, **k: calls.append(1) or send_one(*a, **k)
     reporter, worker = Reporter(client), server.worker()
-    reports = [
-        Report(WorkerTask(item, worker), "COMPLETED", output={"n": item.input["n"]}, done=lambda: reported.append(1))
-        for item in leased
-    ]
-    alone = threading.Thread(target=reporter.submit, args=(reports[0],))
-    alone.start()
-    wait_for(lambda: calls == [1], 10)  # sent by the thread that finished it, and held
-    for report in reports[1:]:
-        reporter.submit(report)  # a send is in progress: they wait, together
+    for item in leased:
+        reporter.submit(
+            Report(
+                WorkerTask(item, worker), "COMPLETED", output={"n": item.input["n"]}, done=lambda: reported.append(1)
+            )
+        )
     reporter.start()
-    release.set()
-    alone.join(10)
     reporter.close()
     client.close()
-    assert calls == [1, 5] and len(reported) == 6
+    assert calls == [5] and len(reported) == 5
     assert {e["status"] for e in server.wait_until_ended(*ids).values()} == {"COMPLETED"}
 
 
