@@ -201,11 +201,14 @@ def test_the_heartbeat_loop_is_woken_only_by_a_task_due_before_it_would_wake():
     notify_all = beats._cond.notify_all
     beats._cond.notify_all = lambda: woken.append(1) or notify_all()  # type: ignore[method-assign] # counts the loop's wake-ups
     beats.start()
+
+    def asleep_until(low_s: float, high_s: float) -> Callable[[], bool]:
+        return lambda: low_s < beats._sleeps_until - time.monotonic() < high_s
+
     try:
-        beats.add(_Lease("a", 60.0))  # type: ignore[arg-type] # due in 20 s, before the loop's 30 s
-        deadline = time.monotonic() + 5
-        while beats._sleeps_until > time.monotonic() + 25 and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the loop sleeps until a's beat
+        wait_for(asleep_until(25, 31), 5)  # idle: asleep for its longest interval (30 s)
+        beats.add(_Lease("a", 60.0))  # type: ignore[arg-type] # due in 20 s, before the loop would wake
+        wait_for(asleep_until(15, 21), 5)  # woken, and asleep until a's beat
         assert woken == [1]
         beats.add(_Lease("b", 90.0))  # type: ignore[arg-type] # due in 30 s: after a's, the loop need not wake
         assert woken == [1]
