@@ -7,6 +7,7 @@ behind the caller's back, since a start or a signal sent twice is two.
 from __future__ import annotations
 
 import json
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,13 @@ WAIT_MAX_S = 1.0
 USER_AGENT = "nodeflow-client/1"
 
 M = TypeVar("M", bound=Model)
+
+
+@functools.lru_cache(maxsize=1024)
+def _absolute(url: str) -> httpx.URL:
+    """``url`` parsed once and kept: httpx parses a relative URL twice per
+    request (itself, then joined to the base), about a quarter of its CPU."""
+    return httpx.URL(url)
 
 
 def _segment(value: str | int) -> str:
@@ -136,7 +144,9 @@ class Client:
         if json is not None:
             content, headers = _json_bytes(json), {"content-type": "application/json"}
         try:
-            response = self.http.request(method, url, content=content, params=_params(params), headers=headers)
+            response = self.http.request(
+                method, _absolute(self.url + url), content=content, params=_params(params), headers=headers
+            )
         except httpx.TimeoutException as exc:
             raise ConnectionFailed(f"no answer in time: {exc}", method=method, url=url) from exc
         except httpx.TransportError as exc:

@@ -600,3 +600,31 @@ def test_the_workers_half_by_hand(client):
         client.report_result(leased.task_id, lease_token=leased.lease_token)
     assert caught.value.body["taskStatus"] == "COMPLETED"
     assert client.wait(execution.id, timeout=WAIT_S).status == "COMPLETED"
+
+
+def test_both_clients_keep_the_base_urls_path_and_the_namespace():
+    """The clients hand httpx absolute URLs (parsed once, kept): a server
+    behind a path prefix, and a namespace that needs escaping, still get
+    the URL a relative one joined to the base would have given."""
+    from nodeflow_worker.client import Client as WorkerClient
+
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, json={"results": []})
+
+    with Client("http://nodeflow.test/api/", "nf_x", namespace="a b", transport=httpx.MockTransport(answer)) as client:
+        client.request("POST", "tasks/results", json={"results": []}, params={"x": "1"})
+        client.request("GET", "healthz", namespaced=False)
+    worker = WorkerClient("http://nodeflow.test/api/", "nf_x", namespace="team-1")
+    for pool in (worker.http, worker.polls):
+        pool._transport = httpx.MockTransport(answer)
+    worker.post_results([])
+    worker.post_results([])
+    assert seen == [
+        "http://nodeflow.test/api/v1/ns/a%20b/tasks/results?x=1",
+        "http://nodeflow.test/api/healthz",
+        "http://nodeflow.test/api/v1/ns/team-1/tasks/results",
+        "http://nodeflow.test/api/v1/ns/team-1/tasks/results",
+    ]
