@@ -184,7 +184,7 @@ def _send_ready(ready: dict[str, int]) -> None:
         return
     notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items()]
     if connection.vendor == "postgresql":
-        announce(*notices)  # heard by every listener, this process's too, in commit order
+        announce(*notices, with_commit=True)  # heard by every listener, this process's too, in commit order
     else:
         transaction.on_commit(lambda: _hear_all(notices))
 
@@ -194,13 +194,18 @@ def _hear_all(notices: list[str]) -> None:
         parked.hear(notice)
 
 
-def announce(*notices: str) -> None:
+def announce(*notices: str, with_commit: bool = False) -> None:
     """Send notices on the task channel in the caller's transaction, in one
     statement (PostgreSQL): ready notices, and a long-poll's park or leave
-    notice (``attempts.lease_queue``)."""
+    notice (``attempts.lease_queue``). ``with_commit``: in the same round
+    trip as the service transaction's COMMIT (``transactions.with_commit``),
+    where there is one."""
+    calls = ", ".join("pg_notify(%s, %s)" for _ in notices)
+    statement, params = f"SELECT {calls}", [value for notice in notices for value in (TASKS_CHANNEL, notice)]
+    if with_commit and transactions.with_commit(statement, params):
+        return
     with connection.cursor() as cursor:
-        calls = ", ".join("pg_notify(%s, %s)" for _ in notices)
-        cursor.execute(f"SELECT {calls}", [value for notice in notices for value in (TASKS_CHANNEL, notice)])
+        cursor.execute(statement, params)
 
 
 def decider_wakeup() -> None:

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 
 @dataclass
@@ -37,6 +37,8 @@ class _Scope:
     after: list[Callable[[bool], None]] = field(default_factory=list)
     # key → what was read once in this transaction (``once``)
     read: dict[str, Any] = field(default_factory=dict)
+    # statements sent with the COMMIT, in one round trip (``with_commit``)
+    last: list[tuple[str, list]] = field(default_factory=list)
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
@@ -58,6 +60,8 @@ def outermost() -> Iterator[None]:
                 for gathered, flush in scope.pending.values():
                     if gathered:
                         flush(gathered)
+                if scope.last:
+                    _send_last(scope.last)
             finally:
                 _scope.reset(token)
         committed = True
@@ -107,6 +111,40 @@ def after(callback: Callable[[bool], None]) -> bool:
         return False
     scope.after.append(callback)
     return True
+
+
+def with_commit(statement: str, params: list) -> bool:
+    """Send ``statement`` (one that returns nothing the caller needs: a
+    ``pg_notify``) at the end of this ``outermost()`` transaction, after
+    every ``pending`` flush, in the same round trip as its ``COMMIT``
+    (PostgreSQL). False outside one: the caller sends it itself."""
+    scope = _scope.get()
+    if scope is None:
+        return False
+    scope.last.append((statement, params))
+    return True
+
+
+def _send_last(statements: list[tuple[str, list]]) -> None:
+    """The statements of ``with_commit``, and on PostgreSQL the COMMIT with
+    them: one request in the simple protocol (the parameters bound in the
+    client), so the commit costs no round trip of its own. Django's commit
+    that follows finds the session idle and sends nothing (psycopg commits
+    only a transaction in progress); a failed COMMIT (a deferred foreign
+    key) raises here, inside the block, which Django then ends as it would
+    any error: nothing was written. A transaction Django must roll back
+    (an inner block's error it was told to swallow) keeps its own end, and
+    so does a block that is a savepoint in a caller's transaction (a test
+    case's)."""
+    text = "; ".join(statement for statement, _ in statements)
+    params = [value for _, values in statements for value in values]
+    fold = (
+        connection.vendor == "postgresql"
+        and not connection.needs_rollback
+        and len(connection.atomic_blocks) == 1  # the transaction itself, not a savepoint in one (a test's)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"{text}; COMMIT" if fold else text, params)
 
 
 def pending(name: str, flush: Callable[[dict[Any, Any]], None]) -> dict[Any, Any] | None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from quotas import controls
+from tools import stack as tools_stack
 from tests.engine_helpers import complete, execution, poll, poll_one, register, simple, start
 
 TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK")
@@ -131,6 +133,50 @@ def test_a_start_reads_and_writes_in_five_statements(warm, monkeypatch):
     # come from the hint cache, its recent poll from memory.
     assert len(done) <= (5 if connection.vendor == "postgresql" else 4), [s[:90] for s in done]
     assert started["tasks"][0]["blockedBy"] is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_start_sends_its_ready_notice_in_the_round_trip_of_its_commit(warm):
+    """The ready notice is the service transaction's last statement, sent
+    with its COMMIT in one request (``transactions.with_commit``): what the
+    start answers is committed, as another session sees at once."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite sends no notices: its wake-ups are in process")
+    with CaptureQueriesContext(connection) as queries:
+        started = start(warm, "one")
+    notices = [q["sql"] for q in queries.captured_queries if "pg_notify" in q["sql"]]
+    assert len(notices) == 1 and notices[0].rstrip().endswith("; COMMIT"), notices
+    assert statements(queries)[-1] == notices[0]  # nothing after it in the transaction
+    with psycopg.connect(tools_stack.live_database_url(), autocommit=True) as other:
+        row = other.execute("SELECT status FROM executions_execution WHERE id = %s", [started["id"]]).fetchone()
+    assert row == ("RUNNING",)
+    assert start(warm, "one")["status"] == "RUNNING"  # the connection goes on as usual
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_fails_with_its_notice_raises_and_writes_nothing(warm):
+    """A COMMIT sent with the notice can still fail (a deferred foreign key,
+    checked at commit): the error is raised from the block, nothing it
+    wrote stays, and ``after`` hears that it did not commit."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite sends no notices, and checks its foreign keys at once")
+    from django.db import IntegrityError
+
+    from executions import notify, runs
+    from executions.models import DecideRequest
+    from nodeflow import transactions
+
+    ended: list[bool] = []
+    missing = uuid.uuid4()  # no such execution: its decide request breaks the foreign key at COMMIT
+    with pytest.raises(IntegrityError), transactions.outermost():
+        transactions.after(ended.append)
+        runs.request_decision(missing, now=dt.datetime.now(dt.UTC), here=False)
+        notify.task_ready(1, "nowhere", "worker")
+    assert ended == [False]
+    assert not DecideRequest.objects.filter(execution_id=missing).exists()
+    assert start(warm, "one")["status"] == "RUNNING"  # the connection is usable after it
 
 
 def test_a_bulk_start_reads_its_workflow_and_the_quotas_once_however_many_starts(warm):
