@@ -6,8 +6,8 @@ behind the caller's back, since a start or a signal sent twice is two.
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
