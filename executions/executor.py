@@ -38,11 +38,11 @@ from executions.snapshots import snapshot_body, workflow_of
 from metadata import taskdefs
 from metadata.expressions import resolve
 from metadata.tree import walk_tasks
-from nodeflow import claims, clock, metrics
+from nodeflow import claims, clock, metrics, transactions
 from nodeflow.errors import Conflict, NotFound
 from nodeflow.ids import new_id
 from nodeflow.models import Namespace
-from quotas import admission, starts
+from quotas import admission, namespace_quotas, starts
 
 log = logging.getLogger(__name__)
 
@@ -427,6 +427,8 @@ def start(
             existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
             if existing is not None:
                 return existing, False
+        if version is None:
+            _read_first(namespace.id, name)
         snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
         key = snapshot.body["root"]
         workflow = snapshot.body["workflows"][key]
@@ -461,6 +463,22 @@ def start(
             admission.take_ticket(execution=execution, admitted=admitted)
         metrics.record_workflow_start(execution)
         return execution, True
+
+
+def _read_first(namespace_id: int, name: str) -> None:
+    """What a start reads first, in one statement: the published snapshot
+    of its workflow (``snapshots.snapshot_for``) and the namespace's quotas
+    (``quotas.starts``), which find them read (``transactions.once``)."""
+
+    def read() -> tuple:
+        quota, (snapshot_id, version) = namespace_quotas.read_with(
+            namespace_id, snapshots.published_snapshot_sql(), [namespace_id, name], 2
+        )
+        return (None if snapshot_id is None else (snapshot_id, version)), quota
+
+    transactions.once_together(
+        (snapshots.published_key(namespace_id, name), namespace_quotas.quota_key(namespace_id)), read
+    )
 
 
 def _needs_savepoint(idempotency_key: str | None) -> bool:

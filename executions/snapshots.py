@@ -35,7 +35,7 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
     if version is None:
         # The hot path: one query for the published version's snapshot id;
         # the body comes from the process's cache (snapshots never change).
-        found = transactions.once(f"published:{namespace.id}:{name}", lambda: _published_snapshot(namespace.id, name))
+        found = transactions.once(published_key(namespace.id, name), lambda: _published_snapshot(namespace.id, name))
         if found is not None:
             return WorkflowSnapshot(
                 id=found[0], namespace=namespace, name=name, version=found[1], body=snapshot_body(found[0])
@@ -47,8 +47,15 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
     return WorkflowSnapshot.objects.create(namespace=namespace, name=name, version=row.version, body=body)
 
 
+def published_key(namespace_id: int, name: str) -> str:
+    """The ``transactions.once`` key of ``_published_snapshot``'s answer."""
+    return f"published:{namespace_id}:{name}"
+
+
 @functools.cache
-def _published_snapshot_sql() -> str:
+def published_snapshot_sql() -> str:
+    """(snapshot id, version) of a workflow's baked published version; the
+    parameters are its namespace id and name."""
     version, definition = sql.table(WorkflowVersion), sql.table(WorkflowDefinition)
     return (
         f"SELECT v.snapshot_id, v.version FROM {version} v JOIN {definition} d ON d.id = v.definition_id "
@@ -61,5 +68,5 @@ def _published_snapshot(namespace_id: int, name: str) -> tuple[int, int] | None:
     if it has been baked: one fixed statement (the ORM compiled this join
     anew for every start)."""
     with sql.cursor() as cursor:
-        cursor.execute(_published_snapshot_sql(), [namespace_id, name])
+        cursor.execute(published_snapshot_sql(), [namespace_id, name])
         return cursor.fetchone()
