@@ -145,17 +145,13 @@ def _send_last(statements: list[tuple[str, list]]) -> None:
     that follows finds the session idle and sends nothing (psycopg commits
     only a transaction in progress); a failed COMMIT (a deferred foreign
     key) raises here, inside the block, which Django then ends as it would
-    any error: nothing was written. A transaction Django must roll back
-    (an inner block's error it was told to swallow) keeps its own end, and
-    so does a block that is a savepoint in a caller's transaction (a test
-    case's)."""
+    any error: nothing was written. A block that is a savepoint in a
+    caller's transaction (a test case's) keeps its own end. (A transaction
+    Django must roll back refuses every statement, this one too.)"""
     text = "; ".join(statement for statement, _ in statements)
     params = [value for _, values in statements for value in values]
-    fold = (
-        connection.vendor == "postgresql"
-        and not connection.needs_rollback
-        and len(connection.atomic_blocks) == 1  # the transaction itself, not a savepoint in one (a test's)
-    )
+    # The transaction itself, not a savepoint in one.
+    fold = connection.vendor == "postgresql" and len(connection.atomic_blocks) == 1
     with connection.cursor() as cursor:
         cursor.execute(f"{text}; COMMIT" if fold else text, params)
 
