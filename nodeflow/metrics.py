@@ -25,6 +25,7 @@ import bisect
 import collections
 import datetime as dt
 import functools
+import glob
 import hmac
 import logging
 import os
@@ -702,6 +703,26 @@ def _version() -> str:
 # --- GET /metrics -------------------------------------------------------------
 
 
+class ProcessFiles(MultiProcessCollector):
+    """prometheus_client's sum of every process's files, less the files of a
+    process killed after it created its file and before it sized it: an
+    empty file holds no counts, and prometheus_client's reader fails on it
+    (a scrape would answer 500 for every process from then on)."""
+
+    def collect(self):
+        files = [path for path in glob.glob(os.path.join(self._path, "*.db")) if _sized(path)]
+        return self.merge(files, accumulate=True)
+
+
+def _sized(path: str) -> bool:
+    """Whether the file has its header (the 4-byte length of what it holds,
+    4 bytes of padding): prometheus_client sizes a new file at once."""
+    try:
+        return os.path.getsize(path) >= 8
+    except FileNotFoundError:  # a live gauge's, removed as its process died
+        return False
+
+
 class _ThisProcess:
     """The default registry's metrics (single-process mode only)."""
 
@@ -724,7 +745,7 @@ def scrape_registry(namespace: str | None = EVERYTHING) -> CollectorRegistry:
     series, and those of no namespace (the roles' lags, the build)."""
     collectors: list = []
     if multiprocess_mode():
-        collectors += [EventsCollector(MultiProcessCollector(None)), ServingProcess()]
+        collectors += [EventsCollector(ProcessFiles(None)), ServingProcess()]
     else:
         # The default registry already holds the process collector.
         collectors.append(EventsCollector(_ThisProcess()))

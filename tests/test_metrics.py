@@ -89,6 +89,21 @@ def test_it_runs_in_multi_process_mode_with_a_directory_per_deployment():
     assert os.path.isdir(os.environ["PROMETHEUS_MULTIPROC_DIR"])
 
 
+def test_a_process_killed_before_it_sized_its_file_does_not_break_the_scrape(api, moved):
+    """A process killed between creating its metrics file and sizing it
+    leaves an empty file behind; the scrape sums the others."""
+    task_def(api, "mx_killed", retryCount=0)
+    register(api, "mx_wf_killed", simple("killed", "mx_killed"))
+    start(api, "mx_wf_killed")
+    empty = os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], "histogram_999999999.db")
+    open(empty, "wb").close()
+    try:
+        complete(api, poll_one(api, "mx_killed"))
+        assert moved("nodeflow_tasks_ended_total", task_type="mx_killed", status="COMPLETED", namespace="default") == 1
+    finally:
+        os.remove(empty)
+
+
 def test_it_counts_worker_results_by_end_status(api, moved):
     task_def(api, "mx_ship", retryCount=0)
     register(api, "mx_wf_ship", simple("ship", "mx_ship"))
