@@ -56,10 +56,6 @@ class _Scope:
     waiting: list[Callable[[], Any]] = field(default_factory=list)
 
 
-# psycopg's "no transaction in progress" (``pq.TransactionStatus.IDLE``),
-# without importing psycopg where Django runs on SQLite alone.
-_IDLE = 0
-
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
 
 
@@ -191,51 +187,29 @@ def sent_later() -> Iterator[None]:
 def _carry(execute, sql, params, many, context):
     """Django's execute wrapper for an ``outermost()`` transaction on
     PostgreSQL: keep a ``sent_later`` statement; send the waiting ones in
-    one pipeline with the next that is not (one round trip), and the
-    transaction's ``BEGIN`` with its first statement. Logged and checked by
-    the outer wrappers when issued, as any statement."""
+    one pipeline with the next that is not (one round trip). Logged and
+    checked by the outer wrappers when issued, as any statement."""
     scope = _scope.get()
     if scope is None:
         return execute(sql, params, many, context)
     if scope.deferring:
         scope.waiting.append(functools.partial(execute, sql, params, many, context))
         return None
-    if not scope.waiting and not _not_begun():
+    if not scope.waiting:
         return execute(sql, params, many, context)
     return _pipelined(scope, lambda: execute(sql, params, many, context))
-
-
-def _not_begun() -> bool:
-    """Django has opened the transaction, and psycopg has not sent its
-    ``BEGIN`` yet (it does before the first statement)."""
-    raw = connection.connection
-    return not raw.autocommit and raw.pgconn.transaction_status == _IDLE
 
 
 def _pipelined[T](scope: _Scope, then: Callable[[], T]) -> T:
     """The waiting statements and then ``then()``'s, in one psycopg
     pipeline: one round trip, whose results (and first error) are in by
-    the time this returns. When the transaction has not begun, its
-    ``BEGIN`` leads the pipeline: psycopg would send it alone and wait for
-    its answer (even in a pipeline), so it is told, for this pipeline,
-    that the session commits each statement itself, and gets the very
-    ``BEGIN`` it would have sent."""
+    the time this returns."""
     waiting, scope.waiting = scope.waiting, []
     db = connection
-    raw = db.connection
-    begin = _not_begun()
-    if begin:
-        raw._autocommit = True
-    try:
-        with db.wrap_database_errors, raw.pipeline():
-            if begin:
-                raw.execute(raw._get_tx_start_command(), prepare=False)
-            for send in waiting:
-                send()
-            return then()
-    finally:
-        if begin:
-            raw._autocommit = False
+    with db.wrap_database_errors, db.connection.pipeline():
+        for send in waiting:
+            send()
+        return then()
 
 
 def _send_last(scope: _Scope) -> None:
