@@ -62,10 +62,8 @@ def _set(task: Task, values: dict[str, Any]) -> None:
 
 
 def insert(tasks: Iterable[Task]) -> None:
-    """New task rows (a decision's, or a manual retry's attempts), one
-    statement, sent with the transaction's next round trip: a new row's
-    only unique key is its new id."""
-    sql.insert(tasks, later=True)
+    """New task rows (a decision's, or a manual retry's attempts), one statement."""
+    sql.insert(tasks)
 
 
 # --- leases -------------------------------------------------------------------------
@@ -408,18 +406,11 @@ def result_values(
 def record_result(task: Task, values: dict[str, Any], *, lease_token: str | None, now: dt.datetime) -> bool:
     """Write one result's ``values`` if ``task`` is still IN_PROGRESS under
     ``lease_token`` and that lease has not expired at ``now`` (None: a HUMAN
-    task, completed without a lease). False, and nothing written, when not.
-    A leased result is checked on the row the caller read under its
-    execution's lock (``lease_is_live``; nothing changes an IN_PROGRESS
-    row's status or token without that lock, and a heartbeat only moves
-    its expiry later), so its write needs no count back and goes with the
-    transaction's next round trip."""
+    task, completed without a lease). False, and nothing written, when not."""
     where: dict[str, Any] = {"id": task.id, "status": TaskStatus.IN_PROGRESS}
     if lease_token is not None:
-        if not lease_is_live(task, lease_token=lease_token, now=now):
-            return False
-        sql.update_later(Task, values=values, where={**where, "lease_token": lease_token, "lease_expires_at__gt": now})
-    elif not sql.update(Task, values=values, where=where):
+        where.update(lease_token=lease_token, lease_expires_at__gt=now)
+    if not sql.update(Task, values=values, where=where):
         return False
     _after_result(task, values)
     metrics.record_task_end(task, values.get("status"))
@@ -438,10 +429,10 @@ def record_results(planned: list[tuple[Task, dict[str, Any], str]], *, now: dt.d
         writes.setdefault((token, sql.same_values_key(values)), (values, {}))[1][task.id] = None
     for (token, _), (values, ids) in writes.items():
         # Nothing changes an IN_PROGRESS row's status or token without its
-        # execution's lock, which the caller holds: every row matches, and
-        # the write goes with the transaction's next round trip.
+        # execution's lock, which the caller holds.
         where = {"id": list(ids), "status": TaskStatus.IN_PROGRESS, "lease_token": token, "lease_expires_at__gt": now}
-        sql.update_later(Task, values=values, where=where)
+        if sql.update(Task, values=values, where=where) != len(ids):
+            raise RuntimeError("task rows changed under their executions' locks")
     for task, values, _ in planned:
         _after_result(task, values)
     metrics.record_task_ends((task, values.get("status")) for task, values, _ in planned)

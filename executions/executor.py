@@ -694,7 +694,7 @@ def apply(execution: Execution, decision: Decision, now: dt.datetime, *, executi
     runs.arm(execution.id, decision.timers)
     fields = _execution_fields(execution, decision, now) if execution_fields else {}
     if fields:
-        runs.update_later(execution, fields, now=now)
+        runs.update(execution, fields, now=now)
     _follow_up(execution, decision)
     _notify_ready([(execution, decision)])
     return inserted

@@ -78,8 +78,8 @@ def insert(execution: Execution) -> None:
     if execution.idempotency_key:
         with transaction.atomic():
             sql.insert([execution])
-    else:  # a new id, no other unique key: with the transaction's next round trip
-        sql.insert([execution], later=True)
+    else:
+        sql.insert([execution])
 
 
 def update(execution: Execution, values: dict[str, Any], *, now: dt.datetime) -> int:
@@ -89,18 +89,9 @@ def update(execution: Execution, values: dict[str, Any], *, now: dt.datetime) ->
     return sql.update(Execution, values={**values, "updated_at": now}, where={"id": execution.id})
 
 
-def update_later(execution: Execution, values: dict[str, Any], *, now: dt.datetime) -> None:
-    """``update``, without the count (the row is locked), sent with the
-    transaction's next round trip."""
-    for name, value in values.items():
-        setattr(execution, name, value)
-    sql.update_later(Execution, values={**values, "updated_at": now}, where={"id": execution.id})
-
-
-def update_many(execution_ids: list[uuid.UUID], values: dict[str, Any], *, now: dt.datetime) -> None:
-    """The same ``values`` on several locked executions, one statement, sent
-    with the transaction's next round trip."""
-    sql.update_later(Execution, values={**values, "updated_at": now}, where={"id": execution_ids})
+def update_many(execution_ids: list[uuid.UUID], values: dict[str, Any], *, now: dt.datetime) -> int:
+    """The same ``values`` on several locked executions, one statement."""
+    return sql.update(Execution, values={**values, "updated_at": now}, where={"id": execution_ids})
 
 
 def end(execution: Execution, *, status: str, reason: str, now: dt.datetime) -> bool:

@@ -26,8 +26,6 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.base import ModelState
 
-from nodeflow import transactions
-
 # Prepare a statement once a connection has run it this many times (psycopg
 # keeps the 100 most used per connection).
 PREPARE_THRESHOLD = 2
@@ -97,12 +95,6 @@ def _bound_cursor_class() -> type:
         def _send_query_prepared(self, name, pgq, **kwargs):
             self._query = pgq
             return super()._send_query_prepared(name, pgq, **kwargs)
-
-        def keep_query(self, query, params) -> None:
-            """Keep the statement as it will run, before it is sent: the
-            query log reads it when a statement waits for a later round
-            trip (``transactions.sent_later``)."""
-            self._query = self._convert_query(query, params)
 
     return BoundCursor
 
@@ -295,20 +287,6 @@ def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str
     """``UPDATE … SET values WHERE`` every ``where`` field equals its value
     (is one of them, for a list; is greater, for a name ending ``__gt``);
     the number of rows changed. Plain values only (no expressions)."""
-    with cursor() as bound:
-        bound.execute(*_update(model, values, where))
-        return bound.rowcount
-
-
-def update_later(model: type[models.Model], *, values: dict[str, Any], where: dict[str, Any]) -> None:
-    """``update`` for a caller that does not need the count (the rows are
-    known to match: locked and checked): on PostgreSQL in a service
-    transaction it goes with the transaction's next round trip
-    (``transactions.sent_later``)."""
-    _later(*_update(model, values, where))
-
-
-def _update(model: type[models.Model], values: dict[str, Any], where: dict[str, Any]) -> tuple[str, list]:
     db = _db()
     sets, params = [], []
     for name, value in values.items():
@@ -316,32 +294,18 @@ def _update(model: type[models.Model], values: dict[str, Any], where: dict[str, 
         sets.append(f'"{field.column}" = %s')
         params.append(field.get_db_prep_save(value, db))
     condition, where_params = _where(model, where)
-    return f"UPDATE {table(model)} SET {', '.join(sets)} WHERE {condition}", params + where_params
+    with cursor() as bound:
+        bound.execute(f"UPDATE {table(model)} SET {', '.join(sets)} WHERE {condition}", params + where_params)
+        return bound.rowcount
 
 
-def _later(statement: str, params: list, *, many: bool = False) -> None:
-    """Execute a write that reads nothing back, on PostgreSQL in a service
-    transaction with the next round trip; its cursor stays open until then."""
-    if not transactions.can_send_later():
-        with cursor() as bound:
-            (bound.executemany if many else bound.execute)(statement, params)
-        return
-    bound = cursor()  # closed when collected, once its statement has been sent
-    if not many:
-        bound.cursor.keep_query(statement, params)
-    with transactions.sent_later():
-        (bound.executemany if many else bound.execute)(statement, params)
-
-
-def insert(objs: Iterable[models.Model], *, later: bool = False) -> None:
+def insert(objs: Iterable[models.Model]) -> None:
     """Insert new rows (every concrete field, as the instances hold them).
     For models whose fields have no pre-save hooks beyond
     ``auto_now``/``auto_now_add``, which get the instance's own value. One
     fixed one-row statement, executed for every row in one batch
     (``executemany``: on PostgreSQL one pipelined round trip; the statement
-    text is the same whatever the count, so it is parsed once, not per batch).
-    ``later``: rows that cannot clash (new primary keys, no other unique
-    key) go with the transaction's next round trip (``update_later``)."""
+    text is the same whatever the count, so it is parsed once, not per batch)."""
     objs = list(objs)
     if not objs:
         return
@@ -350,14 +314,11 @@ def insert(objs: Iterable[models.Model], *, later: bool = False) -> None:
     db = _db()
     statement = f"INSERT INTO {table(model)} ({columns(model)}) VALUES ({placeholders(len(fields))})"
     params = [[field.get_db_prep_save(field.pre_save(obj, add=True), db) for field in fields] for obj in objs]
-    if later:
-        _later(statement, params[0] if len(params) == 1 else params, many=len(params) > 1)
-    else:
-        with cursor() as bound:
-            if len(params) == 1:
-                bound.execute(statement, params[0])
-            else:
-                bound.executemany(statement, params)
+    with cursor() as bound:
+        if len(params) == 1:
+            bound.execute(statement, params[0])
+        else:
+            bound.executemany(statement, params)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = db.alias

@@ -14,24 +14,14 @@ is sent once at its end, just before the commit (how many tasks of each
 queue it made ready, less those it leased itself), and ``after`` is told
 once it has ended whether it committed: a ContextVar set and reset around
 the block, whether it commits or rolls back, so no stale key outlives a
-rollback.
-
-On PostgreSQL it also decides how the transaction's statements travel. A
-write whose answer nobody reads (``sent_later``: a new task row, a checked
-result) is not sent on its own: it goes with the next statement that reads
-something, or with the ``COMMIT``, in one round trip (psycopg's pipeline
-mode), and so do the statements of ``with_commit``. Statements still reach
-the server in the order they were issued: every statement on the
-connection goes through Django's cursors, whose execute wrapper
-(``_carry``) sends what waits first.
+rollback. Only Django's public API is used.
 """
 
 from __future__ import annotations
 
 import contextvars
-import functools
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,11 +39,6 @@ class _Scope:
     read: dict[str, Any] = field(default_factory=dict)
     # statements sent with the COMMIT, in one round trip (``with_commit``)
     last: list[tuple[str, list]] = field(default_factory=list)
-    # whether statements may wait for the next round trip (PostgreSQL), whether
-    # the ones executed now do (``sent_later``), and those waiting, in order
-    carried: bool = False
-    deferring: bool = False
-    waiting: list[Callable[[], Any]] = field(default_factory=list)
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
@@ -70,14 +55,13 @@ def outermost() -> Iterator[None]:
     try:
         with transaction.atomic(durable=True):
             token = _scope.set(scope)
-            scope.carried = connection.vendor == "postgresql"
             try:
-                with connection.execute_wrapper(_carry) if scope.carried else nullcontext():
-                    yield
-                    for gathered, flush in scope.pending.values():
-                        if gathered:
-                            flush(gathered)
-                    _send_last(scope)
+                yield
+                for gathered, flush in scope.pending.values():
+                    if gathered:
+                        flush(gathered)
+                if scope.last:
+                    _send_last(scope.last)
             finally:
                 _scope.reset(token)
         committed = True
@@ -154,92 +138,22 @@ def with_commit(statement: str, params: list) -> bool:
     return True
 
 
-def can_send_later() -> bool:
-    """Whether statements executed in ``sent_later()`` here may wait for
-    the next round trip: inside an ``outermost()`` transaction on
-    PostgreSQL."""
-    scope = _scope.get()
-    return scope is not None and scope.carried
-
-
-@contextmanager
-def sent_later() -> Iterator[None]:
-    """Statements executed in this block (writes whose rowcount and rows
-    nobody reads) wait, and go to the server with the next statement of
-    the transaction, or with its ``COMMIT``. Their cursors must stay open
-    until then. An error of theirs is raised by the statement that carries
-    them, inside the transaction, which then rolls back as for any error:
-    only statements that fail on a bug (a row with a new primary key, a
-    checked write under a held lock) belong here, never one whose failure
-    a caller expects and handles. Outside ``can_send_later()`` they are
-    sent at once."""
-    scope = _scope.get()
-    if scope is None or not scope.carried:
-        yield
-        return
-    scope.deferring = True
-    try:
-        yield
-    finally:
-        scope.deferring = False
-
-
-def _carry(execute, sql, params, many, context):
-    """Django's execute wrapper for an ``outermost()`` transaction on
-    PostgreSQL: keep a ``sent_later`` statement; send the waiting ones in
-    one pipeline with the next that is not (one round trip). Logged and
-    checked by the outer wrappers when issued, as any statement."""
-    scope = _scope.get()
-    if scope is None:
-        return execute(sql, params, many, context)
-    if scope.deferring:
-        scope.waiting.append(functools.partial(execute, sql, params, many, context))
-        return None
-    if not scope.waiting:
-        return execute(sql, params, many, context)
-    return _pipelined(scope, lambda: execute(sql, params, many, context))
-
-
-def _pipelined[T](scope: _Scope, then: Callable[[], T]) -> T:
-    """The waiting statements and then ``then()``'s, in one psycopg
-    pipeline: one round trip, whose results (and first error) are in by
-    the time this returns."""
-    waiting, scope.waiting = scope.waiting, []
-    db = connection
-    with db.wrap_database_errors, db.connection.pipeline():
-        for send in waiting:
-            send()
-        return then()
-
-
-def _send_last(scope: _Scope) -> None:
-    """What waits (``sent_later``), the statements of ``with_commit``, and
-    on PostgreSQL the COMMIT with them: one round trip (a pipeline), so the
-    commit costs none of its own. Django's commit that follows finds the
-    session idle and sends nothing (psycopg commits only a transaction in
-    progress); a failed COMMIT (a deferred foreign key) raises here, inside
-    the block, which Django then ends as it would any error: nothing was
-    written. A block that is a savepoint in a caller's transaction (a test
-    case's) keeps its own end. (A transaction Django must roll back refuses
-    every statement, these too.)"""
-    if not (scope.waiting or scope.last):
-        return
+def _send_last(statements: list[tuple[str, list]]) -> None:
+    """The statements of ``with_commit``, and on PostgreSQL the COMMIT with
+    them: one request in the simple protocol (the parameters bound in the
+    client), so the commit costs no round trip of its own. Django's commit
+    that follows finds the session idle and sends nothing (psycopg commits
+    only a transaction in progress); a failed COMMIT (a deferred foreign
+    key) raises here, inside the block, which Django then ends as it would
+    any error: nothing was written. A block that is a savepoint in a
+    caller's transaction (a test case's) keeps its own end. (A transaction
+    Django must roll back refuses every statement, this one too.)"""
+    text = "; ".join(statement for statement, _ in statements)
+    params = [value for _, values in statements for value in values]
     # The transaction itself, not a savepoint in one.
-    fold = len(connection.atomic_blocks) == 1
-
-    def send() -> None:
-        with connection.cursor() as cursor:
-            for statement, params in scope.last:
-                cursor.execute(statement, params)
-            if fold:
-                cursor.execute("COMMIT")
-
-    if scope.carried:
-        _pipelined(scope, send)
-        return
-    with connection.cursor() as cursor:  # SQLite: nothing waits, and its commit is its own
-        for statement, params in scope.last:
-            cursor.execute(statement, params)
+    fold = connection.vendor == "postgresql" and len(connection.atomic_blocks) == 1
+    with connection.cursor() as cursor:
+        cursor.execute(f"{text}; COMMIT" if fold else text, params)
 
 
 def pending(name: str, flush: Callable[[dict[Any, Any]], None]) -> dict[Any, Any] | None:

@@ -4,18 +4,14 @@ item of a batch, fails here rather than only in the benchmark."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import uuid
-from collections.abc import Iterator
-from unittest import mock
 
 import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from executions import sql
 from quotas import controls
 from tests.engine_helpers import complete, execution, poll, poll_one, register, simple, start
 from tools import stack as tools_stack
@@ -25,34 +21,6 @@ TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT", "ROL
 
 def statements(queries: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if not q["sql"].lstrip().upper().startswith(TRANSACTION_CONTROL)]
-
-
-@contextlib.contextmanager
-def round_trips() -> Iterator[list[int]]:
-    """How many times this process waits for PostgreSQL's answer in the
-    block: one item per wait (psycopg's generators asking to wait until the
-    socket can be read), so a pipeline of several statements is one. A
-    count that can only err low (an answer already in when psycopg looks
-    is not waited for), so a test holds it as a ceiling."""
-    trips: list[int] = []
-    wait = psycopg.Connection.wait
-
-    def counting(gen):
-        ready = None
-        while True:
-            try:
-                state = gen.send(ready)
-            except StopIteration as stop:
-                return stop.value
-            if state == psycopg.waiting.Wait.R:
-                trips.append(1)
-            ready = yield state
-
-    def counted_wait(self, gen, *args, **kwargs):
-        return wait(self, counting(gen), *args, **kwargs)
-
-    with mock.patch.object(psycopg.Connection, "wait", counted_wait):
-        yield trips
 
 
 def results(api, leased: list[dict]) -> None:
@@ -94,32 +62,6 @@ def test_a_step_schedules_the_next_task_without_reading_twice(warm):
     assert len(done) <= (5 if connection.vendor == "postgresql" else 4), [s[:90] for s in done]
     assert [t["path"] for t in poll(warm, "second")] == ["second"]
     assert warm.get(f"executions/{execution['id']}").json()["status"] == "RUNNING"
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_step_that_leases_its_next_task_is_five_round_trips(warm):
-    """Eager dispatch on PostgreSQL: BEGIN, the lock, the run's rows; then
-    the result's write and the next task's insert go with the lease that
-    reads it back; then the COMMIT."""
-    if connection.vendor != "postgresql":
-        pytest.skip("on SQLite every statement is a call into the library, not a round trip")
-    assert warm.post("tasks/poll/second", {"workerId": "w"}).json() == []  # its per-process caches
-    start(warm, "two")
-    leased = poll_one(warm, "first")
-    body = {"leaseToken": leased["leaseToken"], "status": "COMPLETED", "next": {"workerId": "w", "taskType": "second"}}
-    with CaptureQueriesContext(connection) as queries, round_trips() as trips:
-        response = warm.post(f"tasks/{leased['taskId']}/result", body)
-    assert [t["path"] for t in response.json()["next"]] == ["second"]
-    assert len(trips) <= 5, trips
-    kinds = [q["sql"].lstrip().split()[0] for q in queries.captured_queries]
-    assert kinds[-4:] == ["UPDATE", "INSERT", "WITH", "COMMIT"], kinds  # issued in order, sent together
-    with psycopg.connect(tools_stack.live_database_url(), autocommit=True) as other:
-        rows = other.execute(
-            "SELECT path, status FROM executions_task WHERE id IN (%s, %s) ORDER BY path",
-            [leased["taskId"], response.json()["next"][0]["taskId"]],
-        ).fetchall()
-    assert rows == [("first", "COMPLETED"), ("second", "IN_PROGRESS")]
 
 
 def test_a_step_that_leases_its_next_task_sends_no_ready_notice(warm):
@@ -197,24 +139,17 @@ def test_a_start_reads_and_writes_in_four_statements(warm, monkeypatch):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_start_sends_its_inserts_its_ready_notice_and_its_commit_in_one_round_trip(warm, monkeypatch):
-    """A start's inserts read nothing back and its ready notice is its last
-    statement: they go with its COMMIT, in one round trip
-    (``transactions.sent_later``, ``with_commit``), after the one that
-    begins it and the one that reads its workflow and quotas. What the start
-    answers is committed, as another session sees at once."""
+def test_a_start_sends_its_ready_notice_in_the_round_trip_of_its_commit(warm):
+    """The ready notice is the service transaction's last statement, sent
+    with its COMMIT in one request (``transactions.with_commit``): what the
+    start answers is committed, as another session sees at once."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite sends no notices: its wake-ups are in process")
-    monkeypatch.setattr(controls, "HINT_CACHE_S", 60.0)  # however slow the machine between the starts
-    for _ in range(sql.PREPARE_THRESHOLD):  # the view's reads cached, the statements prepared (a round trip each)
-        start(warm, "one")
-    with CaptureQueriesContext(connection) as queries, round_trips() as trips:
+    with CaptureQueriesContext(connection) as queries:
         started = start(warm, "one")
     notices = [q["sql"] for q in queries.captured_queries if "pg_notify" in q["sql"]]
-    assert len(notices) == 1, notices
+    assert len(notices) == 1 and notices[0].rstrip().endswith("; COMMIT"), notices
     assert statements(queries)[-1] == notices[0]  # nothing after it in the transaction
-    assert queries.captured_queries[-1]["sql"] == "COMMIT"
-    assert len(trips) <= 3, trips  # BEGIN; the read; the rest and the COMMIT
     with psycopg.connect(tools_stack.live_database_url(), autocommit=True) as other:
         row = other.execute("SELECT status FROM executions_execution WHERE id = %s", [started["id"]]).fetchone()
     assert row == ("RUNNING",)
