@@ -39,8 +39,10 @@ A wait is the time from the kill to that next step. It also counts the
 workload's own waits (an attempt that is never answered waits out its 2 s
 start-to-close whoever is killed) and the effect of a second kill that
 follows within it, so it is an upper bound on what one kill cost. The
-worst wait and the median are printed (run with -s), carried by every
-failure message, and the worst must be within STALL_LIMIT_S. The test keeps
+worst wait and the median are printed (run with -s), with how long each
+killed process took to come back (its first connection after the kill),
+carried by every failure message, and the worst must be within
+STALL_LIMIT_S. The test keeps
 STALL_LIMIT_S of quiet between the last kill and the PostgreSQL crash, so
 no wait runs into the outage. See docs/reliability.md.
 """
@@ -787,7 +789,7 @@ def check(
         "SELECT created_at, idempotency_key FROM executions_execution WHERE idempotency_key LIKE 'schedule:%%'"
     )
     waits = stalls(db, kills, scheduled=scheduled_rows)
-    recovered = recovery(waits, kills)
+    recovered = f"{recovery(waits, kills)}; back after a kill (first connection): {comebacks(cluster.log(), kills)}"
     print(f"\n{recovered}")
     logs = f"\n{recovered}\nprocess logs in {stack.logdir}\n{stack.logs()}"
     executions = {
@@ -894,6 +896,31 @@ def check(
     # 5. Recovery after a kill: nothing a killed process served waited long.
     worst = max((w.seconds for w in waits), default=0.0)
     assert worst <= STALL_LIMIT_S, f"a wait after a kill exceeded {STALL_LIMIT_S} s: {recovered}{logs}"
+
+
+def comebacks(server_log: str, kills: list[Kill]) -> dict[str, float]:
+    """For each killed process that talks to PostgreSQL (not the workers,
+    which only speak HTTP), the longest it took to come back: from its
+    kill to the restarted process's first connection (the server logs each
+    connection, with its time and the process's name)."""
+    connected: dict[str, list[dt.datetime]] = {}
+    for line in server_log.splitlines():
+        if "connection authorized" not in line or "application_name=" not in line:
+            continue
+        words = line.split()
+        if len(words) < 3 or words[2] not in ("UTC", "GMT"):
+            continue
+        try:
+            at = dt.datetime.strptime(f"{words[0]} {words[1]}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue
+        connected.setdefault(line.split("application_name=", 1)[1].split()[0], []).append(at)
+    slowest: dict[str, float] = {}
+    for kill in kills:
+        after = [at for at in connected.get(kill.name, []) if at > kill.at]
+        if after:
+            slowest[kill.name] = round(max(slowest.get(kill.name, 0.0), (min(after) - kill.at).total_seconds()), 2)
+    return slowest
 
 
 def reconnections(server_log: str) -> set[str]:
