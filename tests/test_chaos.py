@@ -42,13 +42,14 @@ follows within it, so it is an upper bound on what one kill cost. The
 worst wait and the median are printed (run with -s), with how long each
 killed process took to come back (its first connection after the kill),
 carried by every failure message, and the worst must be within
-STALL_LIMIT_S. The test keeps
-STALL_LIMIT_S of quiet between the last kill and the PostgreSQL crash, so
-no wait runs into the outage. See docs/reliability.md.
+STALL_LIMIT_S. The test keeps STALL_LIMIT_S of quiet between the last kill
+and the PostgreSQL crash, so no wait runs into the outage. See
+docs/reliability.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -901,20 +902,11 @@ def check(
 def comebacks(server_log: str, kills: list[Kill]) -> dict[str, float]:
     """For each killed process that talks to PostgreSQL (not the workers,
     which only speak HTTP), the longest it took to come back: from its
-    kill to the restarted process's first connection (the server logs each
-    connection, with its time and the process's name)."""
+    kill to the restarted process's first connection."""
     connected: dict[str, list[dt.datetime]] = {}
-    for line in server_log.splitlines():
-        if "connection authorized" not in line or "application_name=" not in line:
-            continue
-        words = line.split()
-        if len(words) < 3 or words[2] not in ("UTC", "GMT"):
-            continue
-        try:
-            at = dt.datetime.strptime(f"{words[0]} {words[1]}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=dt.UTC)
-        except ValueError:
-            continue
-        connected.setdefault(line.split("application_name=", 1)[1].split()[0], []).append(at)
+    for at, name in connections(server_log):
+        if at is not None:
+            connected.setdefault(name, []).append(at)
     slowest: dict[str, float] = {}
     for kill in kills:
         after = [at for at in connected.get(kill.name, []) if at > kill.at]
@@ -927,8 +919,19 @@ def reconnections(server_log: str) -> set[str]:
     """Application names (the process names) that connected after the last
     start of the server."""
     tail = server_log.rsplit("database system is ready to accept connections", 1)[-1]
-    return {
-        line.split("application_name=", 1)[1].split()[0]
-        for line in tail.splitlines()
-        if "connection authorized" in line and "application_name=" in line
-    }
+    return {name for _, name in connections(tail)}
+
+
+def connections(server_log: str) -> Iterator[tuple[dt.datetime | None, str]]:
+    """Each connection the server logged (log_connections): when (None if
+    its time is not in UTC), and the connecting process's name."""
+    for line in server_log.splitlines():
+        if "connection authorized" not in line or "application_name=" not in line:
+            continue
+        name = line.split("application_name=", 1)[1].split()[0]
+        words = line.split()
+        at = None
+        if len(words) >= 3 and words[2] in ("UTC", "GMT"):
+            with contextlib.suppress(ValueError):
+                at = dt.datetime.strptime(f"{words[0]} {words[1]}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=dt.UTC)
+        yield at, name
