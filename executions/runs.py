@@ -219,8 +219,21 @@ def request_decision(execution_id: uuid.UUID, *, now: dt.datetime, here: bool = 
 
 
 def claim_decide_request(now: dt.datetime) -> DecideRequest | None:
-    """The next due decide request, locked (SKIP LOCKED: deciders spread out)."""
-    return DecideRequest.objects.filter(due_at__lte=now).order_by("due_at").select_for_update(skip_locked=True).first()
+    """The next due decide request whose execution no other transaction
+    holds, claimed by locking that execution (SKIP LOCKED: deciders spread
+    out, and pass over an execution being decided right now). The
+    execution's lock, not the request's: whoever decides an execution locks
+    it and then deletes its request (``executor.decide_now``), so a decider
+    holding the request while it waited for the execution would deadlock
+    with it."""
+    return (
+        DecideRequest.objects.filter(due_at__lte=now)
+        .order_by("due_at")
+        .select_related("execution")
+        .only("execution_id", "due_at", "execution__id")
+        .select_for_update(skip_locked=True, of=("execution",))
+        .first()
+    )
 
 
 def drop_decide_request(execution_id: uuid.UUID) -> None:
