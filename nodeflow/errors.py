@@ -149,6 +149,14 @@ def _drf_body(exc: exceptions.APIException) -> dict[str, Any]:
     return {"error": code, "message": str(message)}
 
 
+def _where(context: dict) -> str:
+    """The request a log line is about: method, path and view (not the
+    view object's repr, which names only a memory address)."""
+    request, view = context.get("request"), context.get("view")
+    method, path = getattr(request, "method", "?"), getattr(request, "path", "?")
+    return f"{method} {path} ({type(view).__name__})"
+
+
 def exception_handler(exc: Exception, context: dict) -> Response:
     """DRF's EXCEPTION_HANDLER: every error in the one model."""
     headers: dict[str, str] = {}
@@ -161,12 +169,12 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     elif isinstance(exc, RecursionError):
         # The JSON and YAML parsers recurse per nesting level, so a deeply
         # nested body exhausts the stack: the input's fault, not the server's.
-        log.warning("request nested too deeply for %s", context.get("view"))
+        log.warning("request nested too deeply: %s", _where(context))
         exc = exceptions.ParseError("the body is nested too deeply")
     elif isinstance(exc, (OperationalError, InterfaceError)):
         # A lost or refused connection is the database's state, not a bug:
         # the transaction rolled back, and the next request reconnects.
-        log.warning("database unavailable in %s: %s", context.get("view"), exc)
+        log.warning("database unavailable: %s: %s", _where(context), exc)
         exc = Unavailable("the database is unavailable; nothing was changed, try again", retryAfterSeconds=1)
 
     if isinstance(exc, ApiError):

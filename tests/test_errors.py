@@ -289,8 +289,10 @@ def unreachable_database(transactional_db):
     settings.update(saved)
 
 
-def test_it_answers_503_with_retry_after_when_the_database_is_unreachable(unreachable_database):
+def test_it_answers_503_with_retry_after_when_the_database_is_unreachable(unreachable_database, caplog):
     api = Api("nf_" + "N" * 43)  # the shape of a key, so it is looked up (nothing cached)
     body = assert_error(api.get("executions"), 503, "UNAVAILABLE")
     assert "try again" in body["message"]
     assert api.get("executions")["Retry-After"] == "1"
+    # The log names the request, not a view object's address.
+    assert "database unavailable: GET /v1/ns/default/executions (ExecutionListView)" in caplog.text
