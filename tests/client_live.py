@@ -67,7 +67,10 @@ class LiveServer:
         self.tmp = Path(tempfile.mkdtemp(prefix=f"nodeflow-client-{tag}-"))
         base = _postgres_url()
         if base is not None:
-            self.database = f"nodeflow_client_live_{tag}"
+            # One per xdist worker too: a module's tests may run on both
+            # workers, each with a server of its own.
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            self.database = f"nodeflow_client_live_{tag}_{worker}"
             self.database_url = urlunsplit(urlsplit(base)._replace(path=f"/{self.database}"))
         else:
             self.database = ""
