@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from nodeflow_worker.transport import KeptAliveTransport
+
 # The server's limits on a result (executions/serializers.py).
 MAX_REASON_CHARS = 10_000
 MAX_LOG_ENTRIES = 100
@@ -193,10 +195,7 @@ def absolute_url(url: str) -> httpx.URL:
 
 def _pool(base_url: str, api_key: str, timeout_s: float) -> httpx.Client:
     return httpx.Client(
-        base_url=base_url.rstrip("/"),
-        headers={"x-api-key": api_key},
-        timeout=timeout_s,
-        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        base_url=base_url.rstrip("/"), headers={"x-api-key": api_key}, timeout=timeout_s, transport=KeptAliveTransport()
     )
 
 

@@ -1,0 +1,178 @@
+"""The SDK's HTTP transport: httpx's client on the standard library's
+``http.client`` connections, kept alive in a pool.
+
+httpx's own transport (httpcore and h11) cost about as much CPU per request
+as everything else a worker does for a no-op task: a worker shares its
+machine's cores with the server, and a sequential flow waits for each of its
+requests, so that CPU is latency. This transport keeps httpx's interface
+(``Client``, ``Response``, its errors and timeouts) and sends each request
+with ``http.client``: the request line, headers and body in one write (no
+Nagle / delayed-ACK stall), the answer read whole.
+
+Connections are kept alive and reused most recently used first; one that
+the server has closed while it was idle (its socket reads as ready) is
+dropped before it is used, as httpcore does. Errors become httpx's: a refused
+or failed connect is ``ConnectError``, a timeout ``ConnectTimeout`` or
+``ReadTimeout``, a connection lost mid-request ``RemoteProtocolError`` or
+``ReadError``, so callers tell transient failures the same way
+(``backoff.is_transient``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import ssl
+import threading
+
+import httpx
+
+MAX_IDLE = 64  # kept-alive connections a pool keeps at most
+
+
+class _OneWrite:
+    """A request's head and body in one write. ``http.client`` sends the
+    body in a write of its own; with Nagle's algorithm on, the second write
+    waits for the ACK of the first, which the server delays (about 40 ms on
+    Linux). TCP_NODELAY alone would send two packets; this sends one."""
+
+    _buffer: list[bytes]
+    sock: socket.socket
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]  # the http.client class it is mixed into
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _send_output(self, message_body=None, encode_chunked=False) -> None:
+        if not isinstance(message_body, bytes):
+            super()._send_output(message_body, encode_chunked)  # type: ignore[misc]  # as above
+            return
+        self._buffer.extend((b"", message_body))  # the head's blank line, then the body
+        data = b"\r\n".join(self._buffer)
+        del self._buffer[:]
+        self.send(data)  # type: ignore[attr-defined]  # http.client's
+
+
+class _Connection(_OneWrite, http.client.HTTPConnection):
+    pass
+
+
+class _TLSConnection(_OneWrite, http.client.HTTPSConnection):
+    pass
+
+
+def _dropped(connection: http.client.HTTPConnection) -> bool:
+    """An idle kept-alive connection the server has closed (or sent
+    something unasked on) reads as ready: it cannot carry a request."""
+    sock = connection.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+class KeptAliveTransport(httpx.BaseTransport):
+    """``httpx.Client(transport=KeptAliveTransport())``: HTTP/1.1 over
+    kept-alive ``http.client`` connections, safe to share between threads."""
+
+    def __init__(self, *, verify: ssl.SSLContext | bool = True) -> None:
+        # httpx's own default context (certifi's authorities, SSL_CERT_FILE):
+        # an https URL is trusted as it was with httpx's transport.
+        self._tls = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._closed = False
+
+    # --- the pool --------------------------------------------------------------
+    def _take(self, origin: tuple[str, str, int], timeout: float | None) -> http.client.HTTPConnection:
+        while True:
+            with self._lock:
+                idle = self._idle.get(origin)
+                connection = idle.pop() if idle else None
+            if connection is None:
+                scheme, host, port = origin
+                if scheme == "https":
+                    return _TLSConnection(host, port, timeout=timeout, context=self._tls)
+                return _Connection(host, port, timeout=timeout)
+            if not _dropped(connection):
+                return connection
+            connection.close()
+
+    def _give_back(self, origin: tuple[str, str, int], connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if not self._closed and len(idle) < MAX_IDLE:
+                idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for connection in connections:
+            connection.close()
+
+    # --- one request -----------------------------------------------------------
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"the URL's scheme must be http or https, not {scheme!r}", request=request)
+        port = url.port or (443 if scheme == "https" else 80)
+        origin = (scheme, url.host, port)
+        timeouts = request.extensions.get("timeout", {})
+        connect_s, read_s = timeouts.get("connect"), timeouts.get("read")
+        body = request.read()
+        connection = self._take(origin, connect_s)
+        try:
+            if connection.sock is None:
+                try:
+                    connection.connect()
+                except TimeoutError as exc:
+                    raise httpx.ConnectTimeout(str(exc) or "timed out connecting", request=request) from exc
+                except OSError as exc:
+                    raise httpx.ConnectError(str(exc), request=request) from exc
+            connection.sock.settimeout(read_s)
+            answer = self._exchange(connection, request, body)
+            data = answer.read()
+        except httpx.TransportError:
+            connection.close()
+            raise
+        except TimeoutError as exc:
+            connection.close()
+            raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
+        except (http.client.RemoteDisconnected, BrokenPipeError, http.client.IncompleteRead) as exc:
+            connection.close()
+            raise httpx.RemoteProtocolError(f"the server closed the connection: {exc}", request=request) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+        if answer.will_close:
+            connection.close()
+        else:
+            self._give_back(origin, connection)
+        return httpx.Response(
+            answer.status,
+            headers=answer.getheaders(),
+            stream=httpx.ByteStream(data),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason.encode("ascii", "replace")},
+        )
+
+    @staticmethod
+    def _exchange(
+        connection: http.client.HTTPConnection, request: httpx.Request, body: bytes
+    ) -> http.client.HTTPResponse:
+        """The request line, headers and body in one write; the answer's head read."""
+        connection.putrequest(
+            request.method, request.url.raw_path.decode("ascii"), skip_host=True, skip_accept_encoding=True
+        )
+        for name, value in request.headers.raw:
+            connection.putheader(name, value)
+        connection.endheaders(body or None)
+        return connection.getresponse()
