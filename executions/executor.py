@@ -390,10 +390,9 @@ def decide_next_request() -> bool:
 
 
 def _decide_requested(request: DecideRequest) -> None:
-    execution = runs.lock(request.execution_id)
+    """Decide the execution the claim locked and read (``runs.claim_decide_request``)."""
     runs.drop_decide_request(request.execution_id)
-    if execution is not None:
-        decide_locked(execution)
+    decide_locked(request.execution)
 
 
 def _deciding(request: DecideRequest) -> str:

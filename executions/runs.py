@@ -225,12 +225,12 @@ def claim_decide_request(now: dt.datetime) -> DecideRequest | None:
     execution's lock, not the request's: whoever decides an execution locks
     it and then deletes its request (``executor.decide_now``), so a decider
     holding the request while it waited for the execution would deadlock
-    with it."""
+    with it. The request comes with its execution's row, read under that
+    lock: the decision starts from it without reading it again."""
     return (
         DecideRequest.objects.filter(due_at__lte=now)
         .order_by("due_at")
         .select_related("execution")
-        .only("execution_id", "due_at", "execution__id")
         .select_for_update(skip_locked=True, of=("execution",))
         .first()
     )

@@ -20,6 +20,7 @@ import uuid
 import psycopg
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from executions import executor, runs
 from executions.models import DecideRequest
@@ -114,4 +115,17 @@ def test_the_decider_role_decides_the_requests_of_executions_nobody_holds(api):
         other.rollback()
         other.close()
     assert executor.decide_next_request() is True
+    assert not DecideRequest.objects.exists()
+
+
+def test_the_decider_role_reads_the_execution_once_per_decision(api):
+    """The claim locks the execution and reads its row; the decision uses
+    that row rather than locking and reading it again."""
+    register(api, "idle", simple("never_polled"))
+    execution_id = uuid.UUID(start(api, "idle")["id"])
+    runs.request_decision(execution_id, now=clock.now(), here=False)
+    with CaptureQueriesContext(connection) as queries:
+        assert executor.decide_next_request() is True
+    reads = [q["sql"] for q in queries.captured_queries if "executions_execution" in q["sql"].split(" WHERE ")[0]]
+    assert len(reads) == 1, reads
     assert not DecideRequest.objects.exists()
