@@ -412,6 +412,7 @@ def start(
     idempotency_key: str | None = None,
     priority: int = 0,
     hold: bool = False,
+    refusal_rolls_back_alone: bool = False,
 ) -> tuple[Execution, bool]:
     """Start an execution and make its first decision, in one transaction.
     The controls on starts come first (quotas.starts): a namespace quota or
@@ -419,9 +420,11 @@ def start(
     past its admission key's limit is inserted awaiting admission, with no
     decision. ``hold``: a start the engine makes itself (a failure
     workflow), which is never refused: where a control would refuse it, it
-    is inserted awaiting admission, held in line. Returns (execution,
+    is inserted awaiting admission, held in line. ``refusal_rolls_back_alone``:
+    the caller catches a refusal and goes on in its transaction (a batch of
+    starts), so the start keeps a savepoint of its own. Returns (execution,
     created); the same idempotency key gives the same one."""
-    with transaction.atomic(savepoint=_needs_savepoint(idempotency_key)):
+    with transaction.atomic(savepoint=refusal_rolls_back_alone or _needs_savepoint(idempotency_key)):
         if idempotency_key:
             existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
             if existing is not None:

@@ -11,8 +11,6 @@ import datetime as dt
 import logging
 import uuid
 
-from django.db import transaction
-
 from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
 from executions.decider.snapshot import FAILURE
@@ -48,11 +46,13 @@ def start_execution(
     correlation_id: str | None = None,
     idempotency_key: str | None = None,
     priority: int = 0,
+    refusal_rolls_back_alone: bool = False,
 ) -> tuple[Execution, bool]:
     """Start an execution (executor.start): refused with a 429 by a namespace
     quota or maxConcurrentExecutions, queued by its admission key, or
     created with its first decision applied. Returns (execution, created);
-    the same idempotency key gives the same one."""
+    the same idempotency key gives the same one. ``refusal_rolls_back_alone``:
+    the caller goes on in its transaction after a refusal (executor.start)."""
     return executor.start(
         namespace=namespace,
         name=name,
@@ -61,10 +61,13 @@ def start_execution(
         correlation_id=correlation_id,
         idempotency_key=idempotency_key,
         priority=priority,
+        refusal_rolls_back_alone=refusal_rolls_back_alone,
     )
 
 
-def start_requested(*, namespace: Namespace, start: dict) -> tuple[Execution, bool]:
+def start_requested(
+    *, namespace: Namespace, start: dict, refusal_rolls_back_alone: bool = False
+) -> tuple[Execution, bool]:
     """``start_execution`` with the fields of a start request, as
     ``StartExecutionSerializer`` validates them."""
     return start_execution(
@@ -75,12 +78,14 @@ def start_requested(*, namespace: Namespace, start: dict) -> tuple[Execution, bo
         correlation_id=start.get("correlationId"),
         idempotency_key=start.get("idempotencyKey"),
         priority=start["priority"],
+        refusal_rolls_back_alone=refusal_rolls_back_alone,
     )
 
 
 def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     """Start each of ``starts`` (a start's validated fields) through the one
-    start path, in one transaction, each in a savepoint of its own: one
+    start path, in one transaction, each in a savepoint of its own (the
+    start's, ``refusal_rolls_back_alone``): one
     answer each, in order; one refused (a quota, an unknown workflow) rolls
     back its own savepoint and spoils none of the others; one commit (one
     WAL flush) for the batch. Each start sees those before it in the batch,
@@ -90,8 +95,7 @@ def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     with transactions.outermost():
         for start in starts:
             try:
-                with transaction.atomic():
-                    execution, created = start_requested(namespace=namespace, start=start)
+                execution, created = start_requested(namespace=namespace, start=start, refusal_rolls_back_alone=True)
             except ApiError as exc:
                 answers.append({"status": exc.status_code, **exc.body()})
             else:

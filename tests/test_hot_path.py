@@ -196,6 +196,19 @@ def test_a_bulk_start_reads_its_workflow_and_the_quotas_once_however_many_starts
     assert len(snapshot_reads) == 1, snapshot_reads
 
 
+def test_a_bulk_start_takes_one_savepoint_per_start(warm):
+    """Each start of a batch is rolled back alone if it is refused: one
+    savepoint each (a SAVEPOINT and its RELEASE), not one inside another."""
+
+    def savepoints(starts: list[dict]) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            response = warm.post("executions/batch", {"executions": starts})
+        assert {answer["status"] for answer in response.json()["results"]} == {201}
+        return len([q for q in queries.captured_queries if q["sql"].upper().startswith("SAVEPOINT")])
+
+    assert savepoints([{"name": "one"}] * 3) - savepoints([{"name": "one"}]) == 2
+
+
 def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
     register(
         warm,
