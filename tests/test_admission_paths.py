@@ -1,9 +1,9 @@
 """Every way a root run becomes RUNNING, against every start control (issue
 14; SPEC §6 and §8).
 
-Each row of PATHS is one way a root run comes to be RUNNING: a start, a
-schedule's firing, a retry, a restart, and a failure workflow, which the
-engine starts itself. For each, one holder already running fills each
+Each row of PATHS is one way a root run comes to be RUNNING: a start (alone
+or through the bulk route), a schedule's firing, a retry, a restart, and a
+failure workflow, which the engine starts itself. For each, one holder already running fills each
 start control in turn: the definition's maxConcurrentExecutions (1), the
 namespace quota maxConcurrentExecutions (1), rateLimitConfig (1 per key).
 A path a client asks for is refused with a start's 429 and changes nothing
@@ -113,6 +113,24 @@ def _by_start(api, control: str) -> Scene:
     return Scene(lambda: _answer(api.post("executions", {"name": "job", "input": TENANT})), holder, "work")
 
 
+def _by_bulk_start(api, control: str) -> Scene:
+    """A start through the bulk route (``POST …/executions/batch``); its
+    answer is the batch's one answer (a refusal is the start's 429 body)."""
+    _job(api, control)
+    holder = _holder(api)
+
+    def bulk() -> Answer:
+        response = api.post("executions/batch", {"executions": [{"name": "job", "input": TENANT}]})
+        assert response.status_code == 200, response.json()
+        [answer] = response.json()["results"]
+        if answer["status"] == 429:
+            return Answer(refusal={k: v for k, v in answer.items() if k != "status"})
+        assert answer["status"] in (200, 201), answer
+        return Answer(execution_id=answer["id"])
+
+    return Scene(bulk, holder, "work")
+
+
 def _by_schedule(api, control: str) -> Scene:
     _job(api, control)
     holder = _holder(api)
@@ -170,6 +188,7 @@ def _by_failure_workflow(api, control: str) -> Scene:
 
 PATHS: dict[str, Callable[[object, str], Scene]] = {
     "start": _by_start,
+    "bulk start": _by_bulk_start,
     "schedule firing": _by_schedule,
     "retry": _by_reopening("retry"),
     "restart": _by_reopening("restart"),

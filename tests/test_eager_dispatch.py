@@ -9,7 +9,20 @@ import pytest
 
 from executions.models import Task
 from tests.controls_helpers import fill
-from tests.engine_helpers import execution, poll, poll_one, register, report, simple, start, task_at
+from tests.engine_helpers import (
+    complete,
+    execution,
+    fail,
+    no_retries,
+    poll,
+    poll_one,
+    register,
+    report,
+    simple,
+    start,
+    sweep,
+    task_at,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -75,6 +88,38 @@ def test_a_rate_limit_holds(api, frozen_clock):
     assert len(waiting) == 2
     blocked = task_at(execution(api, str(waiting[0].execution_id)), "t")["blockedBy"]
     assert blocked["control"] == "rateLimit"
+
+
+def test_it_leases_no_task_of_a_paused_run(api):
+    register(api, "one", simple("a", "step"))
+    paused = start(api, "one")["id"]
+    assert api.post(f"executions/{paused}/pause", {}).status_code == 200
+    start(api, "one")
+    leased = poll_one(api, "step")
+    other = start(api, "one")["id"]
+    answer = report(api, leased, next={"workerId": "w1", "count": 5}).json()
+    assert [t["executionId"] for t in answer["next"]] == [other]
+    assert api.post(f"executions/{paused}/resume", {}).status_code == 200
+    assert [t["executionId"] for t in poll(api, "step", count=5)] == [paused]
+
+
+def test_it_leases_no_held_attempt_of_a_retry_that_awaits_admission(api):
+    no_retries(api, "step")
+    key = "${workflow.input.tenant}"
+    register(api, "tenant", simple("a", "step"), rateLimitConfig={"rateLimitKey": key, "concurrentExecLimit": 1})
+    register(api, "free", simple("f", "step"))
+    failed = start(api, "tenant", {"tenant": "acme"})["id"]
+    fail(api, poll_one(api, "step"), terminal=True)
+    start(api, "tenant", {"tenant": "acme"})
+    holder = poll_one(api, "step")
+    assert api.post(f"executions/{failed}/retry", {}).status_code == 200
+    assert execution(api, failed)["awaitingAdmission"] is True  # its new attempt is held
+    start(api, "free")
+    answer = report(api, poll_one(api, "step"), next={"workerId": "w1", "count": 5}).json()
+    assert answer["next"] == []
+    complete(api, holder)
+    sweep()
+    assert poll_one(api, "step")["executionId"] == failed
 
 
 def test_a_stale_result_leases_nothing(api):
