@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 
 from executions.models import Execution
+from nodeflow import clock
 from tests.engine_helpers import execution, register, simple
 
 pytestmark = pytest.mark.django_db
@@ -53,6 +54,16 @@ def test_a_namespace_quota_holds(api):
     assert api.put("quotas", {"maxConcurrentExecutions": 2}).status_code == 200
     results = batch(api, *[{"name": "orders"} for _ in range(4)]).json()["results"]
     assert [r["status"] for r in results] == [201, 201, 429, 429]
+
+
+def test_the_per_minute_quota_counts_the_starts_before_it_in_the_batch(api, frozen_clock):
+    register(api, "orders", simple("charge"))
+    assert api.put("quotas", {"maxExecutionsPerMinute": 2}).status_code == 200
+    results = batch(api, *[{"name": "orders"} for _ in range(3)]).json()["results"]
+    assert [r["status"] for r in results] == [201, 201, 429]
+    assert (results[2]["quota"], results[2]["limit"], results[2]["current"]) == ("maxExecutionsPerMinute", 2, 2)
+    clock.advance(60)
+    assert [r["status"] for r in batch(api, {"name": "orders"}).json()["results"]] == [201]
 
 
 @pytest.mark.parametrize(
