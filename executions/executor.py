@@ -39,7 +39,7 @@ from metadata import taskdefs
 from metadata.expressions import resolve
 from metadata.tree import walk_tasks
 from nodeflow import claims, clock, metrics, transactions
-from nodeflow.errors import Conflict, NotFound
+from nodeflow.errors import ApiError, Conflict, NotFound
 from nodeflow.ids import new_id
 from nodeflow.models import Namespace
 from quotas import admission, namespace_quotas, starts
@@ -412,7 +412,6 @@ def start(
     idempotency_key: str | None = None,
     priority: int = 0,
     hold: bool = False,
-    refusal_rolls_back_alone: bool = False,
 ) -> tuple[Execution, bool]:
     """Start an execution and make its first decision, in one transaction.
     The controls on starts come first (quotas.starts): a namespace quota or
@@ -420,51 +419,91 @@ def start(
     past its admission key's limit is inserted awaiting admission, with no
     decision. ``hold``: a start the engine makes itself (a failure
     workflow), which is never refused: where a control would refuse it, it
-    is inserted awaiting admission, held in line. ``refusal_rolls_back_alone``:
-    the caller catches a refusal and goes on in its transaction (a batch of
-    starts), so the start keeps a savepoint of its own. Returns (execution,
-    created); the same idempotency key gives the same one."""
-    with transaction.atomic(savepoint=refusal_rolls_back_alone or _needs_savepoint(idempotency_key)):
+    is inserted awaiting admission, held in line. A refusal (those 429s, an
+    unknown workflow's 404) is raised before anything is written and once
+    this start's block has ended, so it leaves the caller's transaction
+    usable: a caller that catches it and goes on (a batch of starts) needs
+    no savepoint per start. Returns (execution, created); the same
+    idempotency key gives the same one."""
+    with transaction.atomic(savepoint=_needs_savepoint(idempotency_key)):
         if idempotency_key:
             existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
             if existing is not None:
                 return existing, False
-        if version is None:
-            _read_first(namespace.id, name)
-        snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
-        key = snapshot.body["root"]
-        workflow = snapshot.body["workflows"][key]
-        now = clock.now()
-        execution = Execution(
-            namespace=namespace,
-            name=name,
-            version=snapshot.version,
-            snapshot_id=snapshot.id,
-            workflow_key=key,
-            input=input or {},
-            variables=dict(workflow.get("variables") or {}),
-            correlation_id=correlation_id,
-            idempotency_key=idempotency_key,
-            priority=priority,
-            created_at=now,
-            started_at=now,
-        )
-        admitted = starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
         try:
-            if admitted is False:
-                # Its first decision (which arms its timeout) waits until it is admitted.
-                runs.insert(execution)
-            else:
-                decide_new(execution)
-        except IntegrityError:
-            if not idempotency_key:
-                raise
-            # A concurrent start with the same idempotency key won.
-            return Execution.objects.get(namespace=namespace, idempotency_key=idempotency_key), False
-        if admitted is not None:
-            admission.take_ticket(execution=execution, admitted=admitted)
-        metrics.record_workflow_start(execution)
-        return execution, True
+            execution, admitted = _placed(
+                namespace=namespace,
+                name=name,
+                version=version,
+                input=input,
+                correlation_id=correlation_id,
+                idempotency_key=idempotency_key,
+                priority=priority,
+                hold=hold,
+            )
+        except ApiError as exc:
+            refusal = exc  # raised below, once the block has ended cleanly: nothing was written
+        else:
+            return _inserted(execution, admitted)
+    raise refusal
+
+
+def _placed(
+    *,
+    namespace: Namespace,
+    name: str,
+    version: int | None,
+    input: dict | None,
+    correlation_id: str | None,
+    idempotency_key: str | None,
+    priority: int,
+    hold: bool,
+) -> tuple[Execution, bool | None]:
+    """A new execution, not yet written, placed by the controls on starts
+    (``starts.check_start``: True, False or None), or refused with an
+    ApiError. Reads and locks only: nothing is written here."""
+    if version is None:
+        _read_first(namespace.id, name)
+    snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
+    key = snapshot.body["root"]
+    workflow = snapshot.body["workflows"][key]
+    now = clock.now()
+    execution = Execution(
+        namespace=namespace,
+        name=name,
+        version=snapshot.version,
+        snapshot_id=snapshot.id,
+        workflow_key=key,
+        input=input or {},
+        variables=dict(workflow.get("variables") or {}),
+        correlation_id=correlation_id,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        created_at=now,
+        started_at=now,
+    )
+    return execution, starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
+
+
+def _inserted(execution: Execution, admitted: bool | None) -> tuple[Execution, bool]:
+    """Write a placed execution: its row with its first decision applied,
+    or (waiting for admission) the row alone; its admission ticket."""
+    try:
+        if admitted is False:
+            # Its first decision (which arms its timeout) waits until it is admitted.
+            runs.insert(execution)
+        else:
+            decide_new(execution)
+    except IntegrityError:
+        if not execution.idempotency_key:
+            raise
+        # A concurrent start with the same idempotency key won.
+        found = Execution.objects.get(namespace_id=execution.namespace_id, idempotency_key=execution.idempotency_key)
+        return found, False
+    if admitted is not None:
+        admission.take_ticket(execution=execution, admitted=admitted)
+    metrics.record_workflow_start(execution)
+    return execution, True
 
 
 def _read_first(namespace_id: int, name: str) -> None:
@@ -484,11 +523,12 @@ def _read_first(namespace_id: int, name: str) -> None:
 
 
 def _needs_savepoint(idempotency_key: str | None) -> bool:
-    """A start straight inside a service's own transaction (a start route)
-    needs no savepoint of its own: a refusal rolls the whole transaction
-    back. A keyed start, or one nested in a caller's savepoint (which may
-    catch a refusal and go on), keeps one."""
-    return bool(idempotency_key) or bool(connection.savepoint_ids) or not connection.in_atomic_block
+    """A start inside a caller's transaction (or savepoint) needs no
+    savepoint of its own: a refusal leaves that transaction as it was
+    (``start``), and any other error ends it (or the caller's savepoint). A
+    keyed start keeps one, as it always has: its insert may meet a
+    concurrent start's key (``runs.insert``)."""
+    return bool(idempotency_key) or not connection.in_atomic_block
 
 
 def start_child(*, parent: Execution, request: StartChild) -> Execution | None:

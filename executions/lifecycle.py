@@ -11,6 +11,8 @@ import datetime as dt
 import logging
 import uuid
 
+from django.db import transaction
+
 from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
 from executions.decider.snapshot import FAILURE
@@ -46,13 +48,11 @@ def start_execution(
     correlation_id: str | None = None,
     idempotency_key: str | None = None,
     priority: int = 0,
-    refusal_rolls_back_alone: bool = False,
 ) -> tuple[Execution, bool]:
     """Start an execution (executor.start): refused with a 429 by a namespace
     quota or maxConcurrentExecutions, queued by its admission key, or
     created with its first decision applied. Returns (execution, created);
-    the same idempotency key gives the same one. ``refusal_rolls_back_alone``:
-    the caller goes on in its transaction after a refusal (executor.start)."""
+    the same idempotency key gives the same one."""
     return executor.start(
         namespace=namespace,
         name=name,
@@ -61,13 +61,10 @@ def start_execution(
         correlation_id=correlation_id,
         idempotency_key=idempotency_key,
         priority=priority,
-        refusal_rolls_back_alone=refusal_rolls_back_alone,
     )
 
 
-def start_requested(
-    *, namespace: Namespace, start: dict, refusal_rolls_back_alone: bool = False
-) -> tuple[Execution, bool]:
+def start_requested(*, namespace: Namespace, start: dict) -> tuple[Execution, bool]:
     """``start_execution`` with the fields of a start request, as
     ``StartExecutionSerializer`` validates them."""
     return start_execution(
@@ -78,25 +75,29 @@ def start_requested(
         correlation_id=start.get("correlationId"),
         idempotency_key=start.get("idempotencyKey"),
         priority=start["priority"],
-        refusal_rolls_back_alone=refusal_rolls_back_alone,
     )
 
 
 def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     """Start each of ``starts`` (a start's validated fields) through the one
-    start path, in one transaction, each in a savepoint of its own (the
-    start's, ``refusal_rolls_back_alone``): one
-    answer each, in order; one refused (a quota, an unknown workflow) rolls
-    back its own savepoint and spoils none of the others; one commit (one
-    WAL flush) for the batch. Each start sees those before it in the batch,
-    as it would had they committed: a quota counts them, an idempotency key
-    repeated in the batch gives the same execution."""
+    start path, in one transaction: one answer each, in order; one commit
+    (one WAL flush) for the batch. A refused start (a quota, an unknown
+    workflow) has written nothing and leaves the transaction usable
+    (executor.start), so it spoils none of the others without a savepoint
+    per start. Each start sees those before it in the batch, as it would
+    had they committed: a quota counts them, an idempotency key repeated in
+    the batch gives the same execution. Should a start ever be refused
+    after writing (the start path makes no such refusal), the transaction
+    is marked for rollback and the refusal fails the whole batch: nothing
+    of it is stored."""
     answers = []
     with transactions.outermost():
         for start in starts:
             try:
-                execution, created = start_requested(namespace=namespace, start=start, refusal_rolls_back_alone=True)
+                execution, created = start_requested(namespace=namespace, start=start)
             except ApiError as exc:
+                if transaction.get_rollback():
+                    raise
                 answers.append({"status": exc.status_code, **exc.body()})
             else:
                 answers.append(

@@ -86,9 +86,9 @@ class ExecutionBatchView(NamespacedView):
         operation_id="start_executions",
         summary="Start up to 100 executions at once; one answer per start, in order",
         description=(
-            "Each start goes through the same controls as a single start, with its own idempotencyKey, in a "
-            "savepoint of its own inside the batch's one transaction (one commit for the batch; each start sees "
-            "those before it). An answer is {status: 201 (created) or 200 (its idempotencyKey's execution), id, "
+            "Each start goes through the same controls as a single start, with its own idempotencyKey, inside "
+            "the batch's one transaction (one commit for the batch; each start sees those before it; a refused "
+            "start has written nothing). An answer is {status: 201 (created) or 200 (its idempotencyKey's execution), id, "
             "executionStatus}, or {status: 4xx, error, message, field?} for a start refused (a quota: 429; an "
             "unknown workflow: 404); one refused start spoils none of the others."
         ),

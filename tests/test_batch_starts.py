@@ -49,6 +49,26 @@ def test_a_refused_start_spoils_no_other(api):
     assert Execution.objects.count() == 1  # the cap held for the third
 
 
+def test_a_refusal_after_a_write_fails_the_whole_batch_and_stores_nothing(api, monkeypatch):
+    """The start path refuses before it writes; were a start ever refused
+    after writing, the batch would not answer for it as if it had written
+    nothing: the whole batch is refused, and nothing of it stored."""
+    from executions import executor
+    from nodeflow.errors import Conflict
+
+    register(api, "orders", simple("charge"))
+    calls = iter(range(3))
+
+    def record(execution):
+        if next(calls) == 1:
+            raise Conflict("refused after its rows were written")
+
+    monkeypatch.setattr(executor.metrics, "record_workflow_start", record)
+    answer = batch(api, {"name": "orders"}, {"name": "orders"}, {"name": "orders"})
+    assert answer.status_code == 409, answer.json()
+    assert not Execution.objects.exists()
+
+
 def test_a_namespace_quota_holds(api):
     register(api, "orders", simple("charge"))
     assert api.put("quotas", {"maxConcurrentExecutions": 2}).status_code == 200

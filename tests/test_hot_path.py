@@ -196,17 +196,25 @@ def test_a_bulk_start_reads_its_workflow_and_the_quotas_once_however_many_starts
     assert len(snapshot_reads) == 1, snapshot_reads
 
 
-def test_a_bulk_start_takes_one_savepoint_per_start(warm):
-    """Each start of a batch is rolled back alone if it is refused: one
-    savepoint each (a SAVEPOINT and its RELEASE), not one inside another."""
+def test_a_bulk_start_takes_no_savepoint_for_a_start_without_a_key(warm):
+    """A start's refusal is raised before it writes anything, and after its
+    own block has ended (executor.start): the batch goes on in its
+    transaction with no savepoint per start. A keyed start keeps its
+    insert's savepoint (a concurrent start with the key may win)."""
+    register(warm, "capped", simple("work"), maxConcurrentExecutions=1)
 
-    def savepoints(starts: list[dict]) -> int:
+    def savepoints(starts: list[dict], answers: list[int]) -> int:
         with CaptureQueriesContext(connection) as queries:
             response = warm.post("executions/batch", {"executions": starts})
-        assert {answer["status"] for answer in response.json()["results"]} == {201}
+        assert [answer["status"] for answer in response.json()["results"]] == answers
         return len([q for q in queries.captured_queries if q["sql"].upper().startswith("SAVEPOINT")])
 
-    assert savepoints([{"name": "one"}] * 3) - savepoints([{"name": "one"}]) == 2
+    one = savepoints([{"name": "one"}], [201])
+    assert (
+        savepoints([{"name": "one"}, {"name": "capped"}, {"name": "capped"}, {"name": "nobody"}], [201, 201, 429, 404])
+        == one
+    )
+    assert savepoints([{"name": "one", "idempotencyKey": "k"}], [201]) > one
 
 
 def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
