@@ -25,7 +25,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from executions import attempts, notify, runs, snapshots, sql
 from executions.decider import decide
@@ -423,11 +423,13 @@ def start(
     unknown workflow's 404) is raised before anything is written and once
     this start's block has ended, so it leaves the caller's transaction
     usable: a caller that catches it and goes on (a batch of starts) needs
-    no savepoint per start. Returns (execution, created); the same
-    idempotency key gives the same one."""
-    with transaction.atomic(savepoint=_needs_savepoint(idempotency_key)):
+    no savepoint per start, and the start opens none of its own (a keyed
+    start's insert has one, for a concurrent start with the same key:
+    ``runs.insert``). Returns (execution, created); the same idempotency
+    key gives the same one."""
+    with transaction.atomic(savepoint=False):
         if idempotency_key:
-            existing = Execution.objects.filter(namespace=namespace, idempotency_key=idempotency_key).first()
+            existing = runs.by_idempotency_key(namespace.id, idempotency_key)
             if existing is not None:
                 return existing, False
         try:
@@ -498,7 +500,9 @@ def _inserted(execution: Execution, admitted: bool | None) -> tuple[Execution, b
         if not execution.idempotency_key:
             raise
         # A concurrent start with the same idempotency key won.
-        found = Execution.objects.get(namespace_id=execution.namespace_id, idempotency_key=execution.idempotency_key)
+        found = runs.by_idempotency_key(execution.namespace_id, execution.idempotency_key)
+        if found is None:  # the key's holder is gone again (purged): the error stands
+            raise
         return found, False
     if admitted is not None:
         admission.take_ticket(execution=execution, admitted=admitted)
@@ -520,15 +524,6 @@ def _read_first(namespace_id: int, name: str) -> None:
     transactions.once_together(
         (snapshots.published_key(namespace_id, name), namespace_quotas.quota_key(namespace_id)), read
     )
-
-
-def _needs_savepoint(idempotency_key: str | None) -> bool:
-    """A start inside a caller's transaction (or savepoint) needs no
-    savepoint of its own: a refusal leaves that transaction as it was
-    (``start``), and any other error ends it (or the caller's savepoint). A
-    keyed start keeps one, as it always has: its insert may meet a
-    concurrent start's key (``runs.insert``)."""
-    return bool(idempotency_key) or not connection.in_atomic_block
 
 
 def start_child(*, parent: Execution, request: StartChild) -> Execution | None:

@@ -40,6 +40,18 @@ def lock(execution_id: uuid.UUID) -> Execution | None:
     return found[0] if found else None
 
 
+def by_idempotency_key(namespace_id: int, key: str) -> Execution | None:
+    """The namespace's execution started with idempotency key ``key``, if
+    any: a fixed statement on the key's unique index (a keyed start reads
+    it first; the ORM compiled the query anew each time)."""
+    found = sql.rows(
+        Execution,
+        f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE namespace_id = %s AND idempotency_key = %s",
+        [namespace_id, key],
+    )
+    return found[0] if found else None
+
+
 def lock_of_task(task_id: uuid.UUID, *, namespace_id: int) -> Execution | None:
     """Lock the execution that task ``task_id`` of the namespace belongs to
     (None: no such task). One round trip: a task never changes execution."""

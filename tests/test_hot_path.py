@@ -137,6 +137,23 @@ def test_a_start_reads_and_writes_in_four_statements(warm, monkeypatch):
     assert started["tasks"][0]["blockedBy"] is None
 
 
+def test_a_keyed_start_adds_one_fixed_read_of_its_key(warm, monkeypatch):
+    """An idempotency key costs a start one more statement: the read of the
+    key's execution, on the key's unique index (the ORM's ``first()`` had
+    compiled the query anew, ordered by id, each time)."""
+    monkeypatch.setattr(controls, "HINT_CACHE_S", 60.0)
+    start(warm, "one")
+    with CaptureQueriesContext(connection) as queries:
+        start(warm, "one")
+    plain = statements(queries)
+    with CaptureQueriesContext(connection) as queries:
+        start(warm, "one", idempotencyKey="k-1")
+    keyed = statements(queries)
+    assert len(keyed) == len(plain) + 1, [s[:90] for s in keyed]
+    [read] = [s for s in keyed if s.lstrip().upper().startswith("SELECT") and "idempotency_key" in s]
+    assert "ORDER BY" not in read.upper(), read
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_start_sends_its_ready_notice_in_the_round_trip_of_its_commit(warm):
@@ -199,8 +216,8 @@ def test_a_bulk_start_reads_its_workflow_and_the_quotas_once_however_many_starts
 def test_a_bulk_start_takes_no_savepoint_for_a_start_without_a_key(warm):
     """A start's refusal is raised before it writes anything, and after its
     own block has ended (executor.start): the batch goes on in its
-    transaction with no savepoint per start. A keyed start keeps its
-    insert's savepoint (a concurrent start with the key may win)."""
+    transaction with no savepoint per start. A keyed start's insert has
+    one (a concurrent start with the key may win), and only that."""
     register(warm, "capped", simple("work"), maxConcurrentExecutions=1)
 
     def savepoints(starts: list[dict], answers: list[int]) -> int:
