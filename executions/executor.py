@@ -433,58 +433,33 @@ def start(
             if existing is not None:
                 return existing, False
         try:
-            execution, admitted = _placed(
+            # Placed by the controls on starts (reads and locks only: nothing is written here).
+            if version is None:
+                _read_first(namespace.id, name)
+            snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
+            key = snapshot.body["root"]
+            workflow = snapshot.body["workflows"][key]
+            now = clock.now()
+            execution = Execution(
                 namespace=namespace,
                 name=name,
-                version=version,
-                input=input,
+                version=snapshot.version,
+                snapshot_id=snapshot.id,
+                workflow_key=key,
+                input=input or {},
+                variables=dict(workflow.get("variables") or {}),
                 correlation_id=correlation_id,
                 idempotency_key=idempotency_key,
                 priority=priority,
-                hold=hold,
+                created_at=now,
+                started_at=now,
             )
+            admitted = starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
         except ApiError as exc:
             refusal = exc  # raised below, once the block has ended cleanly: nothing was written
         else:
             return _inserted(execution, admitted)
     raise refusal
-
-
-def _placed(
-    *,
-    namespace: Namespace,
-    name: str,
-    version: int | None,
-    input: dict | None,
-    correlation_id: str | None,
-    idempotency_key: str | None,
-    priority: int,
-    hold: bool,
-) -> tuple[Execution, bool | None]:
-    """A new execution, not yet written, placed by the controls on starts
-    (``starts.check_start``: True, False or None), or refused with an
-    ApiError. Reads and locks only: nothing is written here."""
-    if version is None:
-        _read_first(namespace.id, name)
-    snapshot = snapshots.snapshot_for(namespace=namespace, name=name, version=version)
-    key = snapshot.body["root"]
-    workflow = snapshot.body["workflows"][key]
-    now = clock.now()
-    execution = Execution(
-        namespace=namespace,
-        name=name,
-        version=snapshot.version,
-        snapshot_id=snapshot.id,
-        workflow_key=key,
-        input=input or {},
-        variables=dict(workflow.get("variables") or {}),
-        correlation_id=correlation_id,
-        idempotency_key=idempotency_key,
-        priority=priority,
-        created_at=now,
-        started_at=now,
-    )
-    return execution, starts.check_start(execution=execution, workflow=workflow, now=now, hold=hold)
 
 
 def _inserted(execution: Execution, admitted: bool | None) -> tuple[Execution, bool]:

@@ -42,8 +42,7 @@ def lock(execution_id: uuid.UUID) -> Execution | None:
 
 def by_idempotency_key(namespace_id: int, key: str) -> Execution | None:
     """The namespace's execution started with idempotency key ``key``, if
-    any: a fixed statement on the key's unique index (a keyed start reads
-    it first; the ORM compiled the query anew each time)."""
+    any: a fixed statement on the key's unique index."""
     found = sql.rows(
         Execution,
         f"SELECT {sql.columns(Execution)} FROM {sql.table(Execution)} WHERE namespace_id = %s AND idempotency_key = %s",

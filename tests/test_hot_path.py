@@ -231,7 +231,8 @@ def test_a_bulk_start_takes_no_savepoint_for_a_start_without_a_key(warm):
         savepoints([{"name": "one"}, {"name": "capped"}, {"name": "capped"}, {"name": "nobody"}], [201, 201, 429, 404])
         == one
     )
-    assert savepoints([{"name": "one", "idempotencyKey": "k"}], [201]) > one
+    keyed = [{"name": "one", "idempotencyKey": "k1"}, {"name": "one", "idempotencyKey": "k2"}]
+    assert savepoints(keyed, [201, 201]) == one + 2
 
 
 def test_a_start_view_reads_each_queue_once_however_many_tasks(warm):
