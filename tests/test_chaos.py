@@ -602,8 +602,12 @@ def build_stack(database_url: str, key: str) -> Stack:
     # must be noticed), and a system-task pool small enough that a leaked
     # thread slot would stop the runner.
     stack = Stack(database_url, env={"CONN_MAX_AGE": "60", "NODE_FLOW_SYSTEM_TASK_THREADS": "2"})
-    # The embedded server and gunicorn, as in production.
-    urls = [stack.add_api("api-1"), stack.add_gunicorn("api-2", port=free_port())]
+    # The embedded server, and both servers docs/deployment.md runs in production.
+    urls = [
+        stack.add_api("api-1"),
+        stack.add_gunicorn("api-2", port=free_port()),
+        stack.add_granian("api-3", port=free_port()),
+    ]
     for url in urls:
         stack.wait_for_api(url=url)
     for name, command in (
@@ -872,7 +876,7 @@ def check(
     assert None not in decided_alone.values(), f"a decider alone did not drain a decide request: {decided_alone}{logs}"
     assert max(decided_alone.values()) <= STALL_LIMIT_S, f"an orphaned decide request waited: {decided_alone}{logs}"
     reconnected = reconnections(cluster.log())
-    for name in ("api-1", "api-2", "decider-1", "decider-2", "sweeper", "scheduler", "systemtasks"):
+    for name in ("api-1", "api-2", "api-3", "decider-1", "decider-2", "sweeper", "scheduler", "systemtasks"):
         assert name in reconnected, f"{name} never connected after the restart"
 
     # The runner renewed the lease of calls longer than a third of it (SLOW_CALL_S).

@@ -61,7 +61,7 @@ def test_it_reports_drift_memory_and_tables_with_a_purge_running(tmp_path):
     assert figures["completed"] > 0 and figures["startFailures"] == 0
     assert figures["throughputDriftPercent"] is not None
     processes = figures["rss"]
-    assert {"gunicorn", "decider", "sweeper", "systemtasks", "worker-1", "soak"} <= set(processes)
+    assert {"api", "api-worker-1", "decider", "sweeper", "systemtasks", "worker-1", "soak"} <= set(processes)
     assert all(value["startKiB"] and value["endKiB"] for value in processes.values()), processes
     assert figures["purged"] > 0  # the purge ran and kept up
     last = figures["intervals"][-1]["tables"]

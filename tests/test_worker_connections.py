@@ -3,7 +3,7 @@
 before, whatever results and heartbeats do meanwhile. On PostgreSQL every
 server process that holds a parked poll listens for wake-ups, and every
 notice costs each listener a transaction, so one poller must not spread its
-parks over every process of a gunicorn. A real HTTP server on loopback
+parks over every process of a server (granian, gunicorn). A real HTTP server on loopback
 records which client connection (its port) carried each request."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from nodeflow_worker import Client, LeasedTask
 
 
 class _Recorder(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as gunicorn and waitress answer
+    protocol_version = "HTTP/1.1"  # keep-alive, as granian, gunicorn and waitress answer
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)

@@ -23,7 +23,7 @@ from nodeflow_worker.transport import KeptAliveTransport
 
 
 class _Echo(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as gunicorn and waitress answer
+    protocol_version = "HTTP/1.1"  # keep-alive, as granian, gunicorn and waitress answer
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length") or 0))

@@ -2,7 +2,7 @@
 
 It builds a throw-away database (``nodeflow_bench_<pid>``, dropped at the
 end), runs Node Flow in two shapes (``tools/bench_shapes.py``: production,
-gunicorn and each role a process; ``make run``, one ``nodeflow_run``
+granian and each role a process; ``make run``, one ``nodeflow_run``
 process) and measures, in this order:
 
 - the baseline: pgbench single-row UPDATE TPS, 4 clients (again right
@@ -25,7 +25,7 @@ the Node Flow stack stopped, and prints every figure side by side with the
 targets' ratios (``tools/bench_report.py``).
 
 The throughput phases are driven as separate workers would drive them (a
-connection each, the server without keep-alive so gunicorn spreads them
+connection each, the server without keep-alive so it spreads them
 over its processes), on analyzed tables, and timed to the last result; see
 ``drain_batched`` and docs/engine.md. Commit counts are read with the
 server stopped, so every backend has flushed its statistics. The machine

@@ -1,6 +1,6 @@
 """The two shapes the benchmark runs Node Flow in, both on PostgreSQL:
 
-- **production**: the API on gunicorn (gthread, 3 processes × 8 threads) and
+- **production**: the API on granian (WSGI, 3 processes × 8 threads) and
   each role a process of its own (decider, sweeper, scheduler, system
   tasks), as docs/deployment.md runs them; kept database connections
   (``CONN_MAX_AGE=600``);
@@ -28,16 +28,14 @@ ROLES = [
 
 
 def start_production(stack: Stack, *, keep_alive: bool = True) -> None:
-    """gunicorn on the stack's port and every role; returns once the API
-    answers. ``keep_alive=False`` for the throughput phases: gunicorn gives
-    a kept-alive connection to one worker process for its life, so a few
-    busy clients' connections can all land on one process (one GIL) while
-    the others idle. Without keep-alive each request's connection goes to
-    whichever process accepts it first, a free one, as it would through a
-    proxy that opens a connection per request."""
-    stack.add_gunicorn(
-        "gunicorn", stack.port, workers=SERVER_WORKERS, threads=SERVER_THREADS, keep_alive_s=5 if keep_alive else 0
-    )
+    """granian on the stack's port and every role; returns once the API
+    answers. ``keep_alive=False`` for the throughput phases: a kept-alive
+    connection stays with the server process that accepted it for its
+    life, so a few busy clients' connections can all land on one process
+    (one GIL) while the others idle. Without keep-alive each request's
+    connection goes to whichever process accepts it first, a free one, as
+    it would through a proxy that opens a connection per request."""
+    stack.add_granian("api", stack.port, workers=SERVER_WORKERS, threads=SERVER_THREADS, keep_alive=keep_alive)
     for name, command in ROLES:
         stack.add_role(name, command)
     stack.wait_for_api()
@@ -64,7 +62,7 @@ class Shape:
 
 def production(database_url: str) -> Shape:
     return Shape(
-        "production", "Node Flow, production (gunicorn + roles)", Stack(database_url, env={"CONN_MAX_AGE": "600"})
+        "production", "Node Flow, production (granian + roles)", Stack(database_url, env={"CONN_MAX_AGE": "600"})
     )
 
 

@@ -4,7 +4,7 @@ A steady load for a fixed time: a small mixed workflow (a SIMPLE task, a
 fork of a SIMPLE task and a JSON_JQ_TRANSFORM system task, a join, a last
 SIMPLE task) started at a fixed rate, served by the real server and roles as
 separate processes (``tools.bench_shapes.start_production`` on a
-``tools.stack.Stack``: gunicorn and every role) and worked by real worker processes
+``tools.stack.Stack``: granian and every role) and worked by real worker processes
 (``python -m tools.soak URL KEY``).
 A purge (``executions.purge.purge_executions``) runs periodically with a
 short retention so that the tables stay bounded.
@@ -209,12 +209,12 @@ def children(pid: int) -> list[int]:
 
 
 def processes(stack: Stack) -> dict[str, int]:
-    """Name → pid of every process of the run (gunicorn's workers too)."""
+    """Name → pid of every process of the run (the API server's workers too)."""
     named: dict[str, int] = {"soak": os.getpid()}
     for name, process in stack.processes.items():
         named[name] = process.pid
-        if name == "gunicorn":
-            named |= {f"gunicorn-worker-{i}": child for i, child in enumerate(sorted(children(process.pid)), 1)}
+        if name == "api":
+            named |= {f"api-worker-{i}": child for i, child in enumerate(sorted(children(process.pid)), 1)}
     return named
 
 

@@ -46,6 +46,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def granian_command(port: int, *, workers: int, threads: int, keep_alive: bool = True) -> list[str]:
+    """granian serving ``nodeflow.wsgi`` on loopback (docs/deployment.md's
+    command, with the benchmark's sizes)."""
+    return [
+        str(Path(PYTHON).parent / "granian"),
+        "--interface",
+        "wsgi",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--blocking-threads",
+        str(threads),
+        "--respawn-failed-workers",
+        "--no-ws",
+        "--log-level",
+        "warning",
+        *([] if keep_alive else ["--no-http1-keep-alive"]),
+        "nodeflow.wsgi:application",
+    ]
+
+
 class Stack:
     """Processes by name. Each runs with ``PGAPPNAME`` set to its name, so
     its database sessions carry it (``pg_stat_activity``, connection logs)."""
@@ -89,7 +113,7 @@ class Stack:
     def add_gunicorn(
         self, name: str, port: int, *, workers: int = 2, threads: int = 8, keep_alive_s: int | None = None
     ) -> str:
-        """An API served by gunicorn (gthread), as in production; its URL.
+        """An API served by gunicorn (gthread), the other server docs/deployment.md runs; its URL.
         ``kill`` takes the master and its workers (one process group).
         ``keep_alive_s`` is gunicorn's ``--keep-alive`` (None: its default)."""
         self.api_urls[name] = f"http://127.0.0.1:{port}"
@@ -114,13 +138,22 @@ class Stack:
         )
         return self.api_urls[name]
 
+    def add_granian(self, name: str, port: int, *, workers: int = 2, threads: int = 8, keep_alive: bool = True) -> str:
+        """An API served by granian (WSGI, ``workers`` processes of
+        ``threads`` blocking threads each), as docs/deployment.md runs it;
+        its URL. ``kill`` takes the master and its workers (one process
+        group). ``keep_alive=False``: a connection per request."""
+        self.api_urls[name] = f"http://127.0.0.1:{port}"
+        self.add(name, granian_command(port, workers=workers, threads=threads, keep_alive=keep_alive))
+        return self.api_urls[name]
+
     def add_role(self, name: str, command: str) -> None:
         self.add(name, [PYTHON, "manage.py", command])
 
     def start(self, name: str) -> None:
         log = open(self.logdir / f"{name}.log", "a")  # noqa: SIM115 - closed with the process
         env = {**self.env, "PGAPPNAME": name}
-        # A session (process group) of its own: a kill takes its children too (gunicorn's workers).
+        # A session (process group) of its own: a kill takes its children too (a server's workers).
         self.processes[name] = subprocess.Popen(
             self.commands[name], cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
         )
