@@ -1,5 +1,6 @@
-"""Readying a long-running server process (a gunicorn worker, ``nodeflow_run``,
-a role command) before its first request or tick.
+"""Readying a long-running server process (a worker of the API server,
+granian's or gunicorn's; ``nodeflow_run``; a role command) before its first
+request or tick.
 
 - **The URLconf is loaded now**, not by the first request: importing every
   view module (the console's, the API's) takes a few hundred milliseconds

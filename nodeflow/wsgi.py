@@ -1,4 +1,5 @@
-"""WSGI entry point: ``gunicorn nodeflow.wsgi`` (and ``nodeflow_run``'s server)."""
+"""WSGI entry point: ``granian --interface wsgi nodeflow.wsgi:application``
+or ``gunicorn nodeflow.wsgi`` (docs/deployment.md), and ``nodeflow_run``'s server."""
 
 import os
 

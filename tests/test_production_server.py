@@ -1,0 +1,154 @@
+"""The production API server, granian, behaves as docs/deployment.md says:
+a kept-alive connection answers without a stall, a stop lets a waiting
+long-poll answer first, and a killed worker process is replaced while the
+others go on serving. The command is the one the benchmark's production
+shape and the chaos test run (``tools.stack.granian_command``)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodeflow.keys import create_api_key
+from quotas.models import WorkerPoll
+from tests.procs.stack import ROOT, free_port, live_database_url
+from tools.stack import granian_command
+
+REQUESTS = 40
+POLL_WAIT_S = 1
+QUEUE = "nothing_here"
+
+
+@dataclass
+class Server:
+    port: int
+    key: str
+    process: subprocess.Popen
+
+    def request(self, method: str, path: str, body: dict | None = None, *, timeout: float = 10) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            status, data, _ = _send(conn, method, path, self.key, body)
+            return status, data
+        finally:
+            conn.close()
+
+    def workers(self) -> list[int]:
+        pid = self.process.pid
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.fixture
+def server(transactional_db) -> Iterator[Server]:
+    key = create_api_key(role="admin", namespace="default")[1]
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": live_database_url(), "CONN_MAX_AGE": "60"}
+    process = subprocess.Popen(
+        granian_command(port, workers=2, threads=4),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    served = Server(port, key, process)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if served.request("GET", "/healthz", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield served
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=15)
+
+
+def _send(
+    conn: http.client.HTTPConnection, method: str, path: str, key: str, body: dict | None = None
+) -> tuple[int, bytes, float]:
+    began = time.perf_counter()
+    headers = {"x-api-key": key, "Content-Type": "application/json"}
+    conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    return response.status, data, time.perf_counter() - began
+
+
+def test_a_kept_alive_request_is_answered_without_a_stall(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    _send(conn, "GET", "/healthz", server.key)  # connect, and warm the worker's database connection
+    kept = []
+    for _ in range(REQUESTS):
+        status, _, took = _send(conn, "GET", "/healthz", server.key)
+        assert status == 200
+        kept.append(took)
+    conn.close()
+    fresh = []
+    for _ in range(REQUESTS):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        status, _, took = _send(conn, "GET", "/healthz", server.key)
+        conn.close()
+        assert status == 200
+        fresh.append(took)
+    # A kept connection saves the connect: it must not cost more than a new one.
+    kept_p50, fresh_p50 = statistics.median(kept), statistics.median(fresh)
+    assert kept_p50 <= 1.5 * fresh_p50, f"kept-alive p50 {kept_p50 * 1000:.2f} ms, new {fresh_p50 * 1000:.2f} ms"
+
+
+def test_a_stop_lets_a_waiting_long_poll_answer(server):
+    answered: dict = {}
+
+    def poll() -> None:
+        body = {"workerId": "w", "count": 1, "waitSeconds": POLL_WAIT_S}
+        answered["answer"] = server.request("POST", f"/v1/ns/default/tasks/poll/{QUEUE}", body)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    # The poll is in the server once it has recorded it (before it parks): stop the server then.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not WorkerPoll.objects.filter(queue=QUEUE).exists():
+        time.sleep(0.01)
+    server.process.send_signal(signal.SIGTERM)
+    poller.join(timeout=30)
+    assert answered.get("answer") == (200, b"[]"), answered
+    assert server.process.wait(timeout=30) == 0
+
+
+def test_a_killed_worker_is_replaced_while_the_other_serves(server):
+    first = server.workers()
+    assert len(first) == 2, first
+    os.kill(first[0], signal.SIGKILL)
+    for _ in range(10):  # the other worker answers meanwhile (a connection may still reach the dead one)
+        try:
+            if server.request("GET", "/healthz", timeout=5)[0] == 200:
+                break
+        except OSError:
+            continue
+    else:
+        pytest.fail("no worker answered after one was killed")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = server.workers()
+        if len(now) == 2 and first[0] not in now:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the killed worker {first[0]} was not replaced: {server.workers()}")
+    assert server.process.poll() is None
+    assert server.request("GET", "/healthz")[0] == 200
