@@ -1,7 +1,7 @@
 """The production API server, granian, behaves as docs/deployment.md says:
 a kept-alive connection answers without a stall, a stop lets a waiting
 long-poll answer first, and a killed worker process is replaced while the
-others go on serving. The command is the one the benchmark's production
+others go on serving; a body sent chunked is read. The command is the one the benchmark's production
 shape and the chaos test run (``tools.stack.granian_command``)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 from nodeflow.keys import create_api_key
 from quotas.models import WorkerPoll
 from tests.procs.stack import ROOT, free_port, live_database_url
+from tests.test_chunked_bodies import send_chunked
 from tools.stack import granian_command
 
 REQUESTS = 40
@@ -152,3 +153,12 @@ def test_a_killed_worker_is_replaced_while_the_other_serves(server):
         pytest.fail(f"the killed worker {first[0]} was not replaced: {server.workers()}")
     assert server.process.poll() is None
     assert server.request("GET", "/healthz")[0] == 200
+
+
+def test_a_chunked_body_is_read(server):
+    workflow = {"name": "chunked_flow", "tasks": [{"name": "chunked_task", "taskReferenceName": "t"}]}
+    assert server.request("POST", "/v1/ns/default/metadata/task-definitions", {"name": "chunked_task"})[0] == 201
+    assert server.request("POST", "/v1/ns/default/metadata/workflow-definitions", workflow)[0] == 201
+    start = {"name": "chunked_flow", "input": {"sent": "chunked"}}
+    status, body = send_chunked(server.port, server.key, "/v1/ns/default/executions", start)
+    assert status == 201 and body["input"] == {"sent": "chunked"}, body

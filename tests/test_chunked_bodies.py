@@ -1,0 +1,116 @@
+"""A request body sent chunked (``Transfer-Encoding: chunked``, no
+``Content-Length``) is read whole (``nodeflow.chunked_bodies``): Django
+alone read it as empty, and a start sent so was refused with "name: This
+field is required". Here through the WSGI application in process; the
+real servers (granian, waitress) in tests/test_production_server.py and
+tests/test_embedded_server.py, with ``send_chunked``."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import sys
+
+import pytest
+
+from executions.models import Execution
+from nodeflow.wsgi import application
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FLOW = "chunked_flow"
+
+
+@pytest.fixture
+def flow(api):
+    assert api.post("metadata/task-definitions", {"name": "chunked_task"}).status_code == 201
+    workflow = {"name": FLOW, "tasks": [{"name": "chunked_task", "taskReferenceName": "t"}]}
+    assert api.post("metadata/workflow-definitions", workflow).status_code == 201
+    return api
+
+
+def _environ(body: bytes, key: str, *, chunked: bool = True, terminated: bool = True) -> dict:
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/v1/ns/default/executions",
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "REMOTE_ADDR": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "HTTP_X_API_KEY": key,
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "wsgi.input_terminated": terminated,
+    }
+    if chunked:
+        environ["HTTP_TRANSFER_ENCODING"] = "chunked"
+    else:
+        environ["CONTENT_LENGTH"] = str(len(body))
+    return environ
+
+
+def _call(environ: dict) -> tuple[int, dict]:
+    answer: dict = {}
+
+    def start_response(status: str, headers: list, exc_info=None) -> None:
+        answer["status"] = int(status.split()[0])
+
+    body = b"".join(application(environ, start_response))
+    return answer["status"], json.loads(body)
+
+
+def _start_body(size: int = 10) -> bytes:
+    return json.dumps({"name": FLOW, "input": {"x": "a" * size}}).encode()
+
+
+def test_a_chunked_start_is_read_whole(flow):
+    status, body = _call(_environ(_start_body(), flow.key))
+    assert status == 201, body
+    assert Execution.objects.get(pk=body["id"]).input == {"x": "a" * 10}
+
+
+def test_a_body_with_its_length_is_left_as_it_came(flow):
+    status, body = _call(_environ(_start_body(), flow.key, chunked=False))
+    assert status == 201, body
+
+
+def test_a_chunked_body_over_the_limit_gets_413_and_starts_nothing(flow, settings):
+    settings.NODE_FLOW_MAX_BODY_BYTES = 1000
+    status, body = _call(_environ(_start_body(2000), flow.key))
+    assert status == 413 and body["error"] == "PAYLOAD_TOO_LARGE", body
+    assert not Execution.objects.filter(name=FLOW).exists()
+
+
+def test_a_server_that_does_not_end_its_input_is_not_read_past_its_length(flow):
+    """Without ``wsgi.input_terminated`` the input may not end where the
+    body does: it is left to Django, which reads nothing without a length."""
+    status, body = _call(_environ(_start_body(), flow.key, terminated=False))
+    assert status == 400 and body["field"] == "name", body
+
+
+def send_chunked(port: int, key: str, path: str, body: dict) -> tuple[int, dict]:
+    """POST ``body`` to a real server on loopback, chunked, in 7-byte pieces."""
+    data = json.dumps(body).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=iter([data[i : i + 7] for i in range(0, len(data), 7)]),
+            headers={"x-api-key": key, "Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
