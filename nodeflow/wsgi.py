@@ -8,9 +8,9 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodeflow.settings")
 application = get_wsgi_application()
 
-from nodeflow.chunked_bodies import with_chunked_bodies  # noqa: E402 - needs Django set up
 from nodeflow.process import ready_server_process  # noqa: E402 - needs Django set up
+from nodeflow.wsgi_bodies import with_request_bodies  # noqa: E402 - needs Django set up
 
-application = with_chunked_bodies(application)
+application = with_request_bodies(application)
 
 ready_server_process()

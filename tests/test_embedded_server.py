@@ -23,7 +23,7 @@ from django.db import connection
 
 from nodeflow.keys import create_api_key
 from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
-from tests.test_chunked_bodies import send_chunked
+from tests.test_wsgi_bodies import send_chunked
 
 REQUESTS = 40
 APP_NAME = "nodeflow-embedded-test"

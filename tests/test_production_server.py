@@ -23,7 +23,7 @@ import pytest
 from nodeflow.keys import create_api_key
 from quotas.models import WorkerPoll
 from tests.procs.stack import ROOT, free_port, live_database_url
-from tests.test_chunked_bodies import send_chunked
+from tests.test_wsgi_bodies import send_chunked
 from tools.stack import granian_command
 
 REQUESTS = 40
@@ -162,3 +162,12 @@ def test_a_chunked_body_is_read(server):
     start = {"name": "chunked_flow", "input": {"sent": "chunked"}}
     status, body = send_chunked(server.port, server.key, "/v1/ns/default/executions", start)
     assert status == 201 and body["input"] == {"sent": "chunked"}, body
+
+
+def test_a_body_too_large_gets_its_413_not_a_reset(server):
+    """12 MB against the 1 MiB limit: more than the sockets' buffers hold,
+    so the client is still sending when the server answers."""
+    status, body = server.request(
+        "POST", "/v1/ns/default/executions", {"name": "big", "input": {"x": "a" * 12_000_000}}
+    )
+    assert status == 413 and b"PAYLOAD_TOO_LARGE" in body, body

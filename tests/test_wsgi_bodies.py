@@ -1,9 +1,14 @@
-"""A request body sent chunked (``Transfer-Encoding: chunked``, no
-``Content-Length``) is read whole (``nodeflow.chunked_bodies``): Django
-alone read it as empty, and a start sent so was refused with "name: This
-field is required". Here through the WSGI application in process; the
-real servers (granian, waitress) in tests/test_production_server.py and
-tests/test_embedded_server.py, with ``send_chunked``."""
+"""Request bodies at the WSGI edge (``nodeflow.wsgi_bodies``), through the
+WSGI application in process:
+
+- a body sent chunked (``Transfer-Encoding: chunked``, no
+  ``Content-Length``) is read whole: Django alone read it as empty, and a
+  start sent so was refused with "name: This field is required";
+- a body refused as too large is read and dropped before the 413, up to
+  16 times the limit, so the client is not reset while it sends.
+
+The real servers: tests/test_production_server.py (granian) and
+tests/test_embedded_server.py (waitress), with ``send_chunked``."""
 
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ def flow(api):
     return api
 
 
-def _environ(body: bytes, key: str, *, chunked: bool = True, terminated: bool = True) -> dict:
+def _environ(body: bytes | io.BytesIO, key: str, *, chunked: bool = True, terminated: bool = True) -> dict:
+    stream = body if isinstance(body, io.BytesIO) else io.BytesIO(body)
     environ = {
         "REQUEST_METHOD": "POST",
         "PATH_INFO": "/v1/ns/default/executions",
@@ -45,7 +51,7 @@ def _environ(body: bytes, key: str, *, chunked: bool = True, terminated: bool = 
         "HTTP_X_API_KEY": key,
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": "http",
-        "wsgi.input": io.BytesIO(body),
+        "wsgi.input": stream,
         "wsgi.errors": sys.stderr,
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,
@@ -55,7 +61,7 @@ def _environ(body: bytes, key: str, *, chunked: bool = True, terminated: bool = 
     if chunked:
         environ["HTTP_TRANSFER_ENCODING"] = "chunked"
     else:
-        environ["CONTENT_LENGTH"] = str(len(body))
+        environ["CONTENT_LENGTH"] = str(len(stream.getvalue()))
     return environ
 
 
@@ -89,6 +95,25 @@ def test_a_chunked_body_over_the_limit_gets_413_and_starts_nothing(flow, setting
     status, body = _call(_environ(_start_body(2000), flow.key))
     assert status == 413 and body["error"] == "PAYLOAD_TOO_LARGE", body
     assert not Execution.objects.filter(name=FLOW).exists()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["with its length", "chunked"])
+def test_a_body_too_large_is_read_before_the_413(flow, settings, chunked):
+    """The server closes the connection after its answer: a body left
+    unread resets it, and the client sees a broken pipe, not the 413."""
+    settings.NODE_FLOW_MAX_BODY_BYTES = 1000
+    stream = io.BytesIO(_start_body(5000))
+    status, body = _call(_environ(stream, flow.key, chunked=chunked))
+    assert status == 413 and body["error"] == "PAYLOAD_TOO_LARGE", body
+    assert stream.tell() == len(stream.getvalue())  # read to its end
+    assert not Execution.objects.filter(name=FLOW).exists()
+
+
+def test_a_body_over_sixteen_times_the_limit_is_left_unread(flow, settings):
+    settings.NODE_FLOW_MAX_BODY_BYTES = 100
+    stream = io.BytesIO(_start_body(5000))
+    status, _ = _call(_environ(stream, flow.key, chunked=False))
+    assert status == 413 and stream.tell() == 0
 
 
 def test_a_server_that_does_not_end_its_input_is_not_read_past_its_length(flow):
