@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from nodeflow.errors import InvalidField, NotFound, PayloadTooLarge
 from nodeflow.keys import find_namespace
 from nodeflow.models import Namespace
+from nodeflow.wsgi_bodies import content_length
 
 
 class NamespacedView(APIView):
@@ -43,13 +44,6 @@ class NamespacedView(APIView):
         return found
 
 
-def _content_length(request) -> int:
-    try:
-        return int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return 0
-
-
 # URL parameter → the field name errors use.
 PATH_FIELDS = {"ns": "namespace", "task_type": "taskType", "execution_id": "executionId", "task_id": "taskId"}
 
@@ -65,7 +59,7 @@ def _refuse_large_body(request) -> None:
     """413 before anything reads the body. Django's DATA_UPLOAD_MAX_MEMORY_SIZE
     leaves out the file parts of a multipart body; this counts every byte."""
     limit = settings.NODE_FLOW_MAX_BODY_BYTES
-    if _content_length(request) > limit:
+    if content_length(request.META) > limit:
         raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes (NODE_FLOW_MAX_BODY_BYTES)")
 
 

@@ -55,7 +55,7 @@ def with_request_bodies(app: WsgiApp) -> WsgiApp:
             environ["CONTENT_LENGTH"] = str(len(body))
             unread = None if len(body) > limit else 0
         else:
-            length = _length(environ)
+            length = content_length(environ)
             unread = length if length > limit else 0
         if unread == 0:
             return app(environ, start_response)
@@ -74,7 +74,8 @@ def with_request_bodies(app: WsgiApp) -> WsgiApp:
     return application
 
 
-def _length(environ: dict) -> int:
+def content_length(environ: dict) -> int:
+    """The request's ``Content-Length`` (0 when it has none, or none that parses)."""
     try:
         return int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:

@@ -11,7 +11,6 @@ against 3.3 ms on a new one. Every worker SDK keeps connections alive.
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import statistics
 import subprocess
@@ -23,7 +22,7 @@ from django.db import connection
 
 from nodeflow.keys import create_api_key
 from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
-from tests.test_wsgi_bodies import send_chunked
+from tests.test_wsgi_bodies import check_a_chunked_start
 
 REQUESTS = 40
 APP_NAME = "nodeflow-embedded-test"
@@ -122,21 +121,4 @@ def test_request_threads_keep_their_database_connections(server):
 
 
 def test_a_chunked_body_is_read(server):
-    port, key = server
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    for path, body in (
-        ("/v1/ns/default/metadata/task-definitions", {"name": "chunked_task"}),
-        (
-            "/v1/ns/default/metadata/workflow-definitions",
-            {"name": "chunked_flow", "tasks": [{"name": "chunked_task", "taskReferenceName": "t"}]},
-        ),
-    ):
-        conn.request(
-            "POST", path, body=json.dumps(body), headers={"x-api-key": key, "Content-Type": "application/json"}
-        )
-        response = conn.getresponse()
-        assert response.status == 201, response.read()
-        response.read()
-    conn.close()
-    status, answer = send_chunked(port, key, "/v1/ns/default/executions", {"name": "chunked_flow", "input": {"n": 1}})
-    assert status == 201 and answer["input"] == {"n": 1}, answer
+    check_a_chunked_start(*server)

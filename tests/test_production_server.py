@@ -23,7 +23,7 @@ import pytest
 from nodeflow.keys import create_api_key
 from quotas.models import WorkerPoll
 from tests.procs.stack import ROOT, free_port, live_database_url
-from tests.test_wsgi_bodies import send_chunked
+from tests.test_wsgi_bodies import check_a_chunked_start
 from tools.stack import granian_command
 
 REQUESTS = 40
@@ -156,12 +156,7 @@ def test_a_killed_worker_is_replaced_while_the_other_serves(server):
 
 
 def test_a_chunked_body_is_read(server):
-    workflow = {"name": "chunked_flow", "tasks": [{"name": "chunked_task", "taskReferenceName": "t"}]}
-    assert server.request("POST", "/v1/ns/default/metadata/task-definitions", {"name": "chunked_task"})[0] == 201
-    assert server.request("POST", "/v1/ns/default/metadata/workflow-definitions", workflow)[0] == 201
-    start = {"name": "chunked_flow", "input": {"sent": "chunked"}}
-    status, body = send_chunked(server.port, server.key, "/v1/ns/default/executions", start)
-    assert status == 201 and body["input"] == {"sent": "chunked"}, body
+    check_a_chunked_start(server.port, server.key)
 
 
 def test_a_body_too_large_gets_its_413_not_a_reset(server):

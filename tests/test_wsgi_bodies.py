@@ -8,7 +8,7 @@ WSGI application in process:
   16 times the limit, so the client is not reset while it sends.
 
 The real servers: tests/test_production_server.py (granian) and
-tests/test_embedded_server.py (waitress), with ``send_chunked``."""
+tests/test_embedded_server.py (waitress), with ``check_a_chunked_start``."""
 
 from __future__ import annotations
 
@@ -25,13 +25,17 @@ from nodeflow.wsgi import application
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FLOW = "chunked_flow"
+# What a chunked start starts (path under /v1/ns/default/, body).
+DEFINITIONS = [
+    ("metadata/task-definitions", {"name": "chunked_task"}),
+    ("metadata/workflow-definitions", {"name": FLOW, "tasks": [{"name": "chunked_task", "taskReferenceName": "t"}]}),
+]
 
 
 @pytest.fixture
 def flow(api):
-    assert api.post("metadata/task-definitions", {"name": "chunked_task"}).status_code == 201
-    workflow = {"name": FLOW, "tasks": [{"name": "chunked_task", "taskReferenceName": "t"}]}
-    assert api.post("metadata/workflow-definitions", workflow).status_code == 201
+    for path, body in DEFINITIONS:
+        assert api.post(path, body).status_code == 201
     return api
 
 
@@ -121,6 +125,23 @@ def test_a_server_that_does_not_end_its_input_is_not_read_past_its_length(flow):
     body does: it is left to Django, which reads nothing without a length."""
     status, body = _call(_environ(_start_body(), flow.key, terminated=False))
     assert status == 400 and body["field"] == "name", body
+
+
+def check_a_chunked_start(port: int, key: str) -> None:
+    """On a real server: the definitions registered as clients usually send
+    a body (with its length), then a start sent chunked is created with its input."""
+    headers = {"x-api-key": key, "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        for path, body in DEFINITIONS:
+            conn.request("POST", f"/v1/ns/default/{path}", body=json.dumps(body), headers=headers)
+            response = conn.getresponse()
+            assert response.status == 201, response.read()
+            response.read()
+    finally:
+        conn.close()
+    status, answer = send_chunked(port, key, "/v1/ns/default/executions", {"name": FLOW, "input": {"sent": "chunked"}})
+    assert status == 201 and answer["input"] == {"sent": "chunked"}, answer
 
 
 def send_chunked(port: int, key: str, path: str, body: dict) -> tuple[int, dict]:
