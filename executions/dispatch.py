@@ -15,8 +15,6 @@ See docs/controls.md and docs/engine.md.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import logging
 import math
 import threading
 import time
@@ -24,15 +22,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from executions import attempts, handoff, notify, sql
+from executions import attempts, notify
 from executions.leases import capped_seconds, new_token
 from executions.models import Task, TaskStatus
 from nodeflow import clock, metrics
 from nodeflow.models import Namespace
 from quotas import controls, diagnostics
 from quotas import metrics as quota_metrics
-
-log = logging.getLogger(__name__)
 
 # Long-polls re-check the queue at least this often even without a wake-up
 # (tasks whose retry delay ends do not notify).
@@ -67,21 +63,16 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     # freed slot or permit, every poller waiting on its key.
     event = threading.Event()
     ask = _Ask(namespace.id, queue, worker_id, count)
-    # A queue without controls parks in the host's registry where there is
-    # one (handed its tasks from any process of the host), else in this
-    # process's list of parked polls (handed them by this process).
-    spot = _spot(queue_key, ask)
-    waiter = spot or event  # a parked poll in the registry waits on its own socket
-    poller = notify.parked.begin(queue_key, time.time() + wait_s, waiter, None if spot else ask, spot=bool(spot))
+    poller = notify.parked.begin(queue_key, time.time() + wait_s, event, ask)
     try:
         # After begin: a listener that stopped listening (no pollers) starts again.
         listens = notify.ensure_listener()
         recheck = LISTEN_RECHECK_S if listens else POLL_RECHECK_S
         while True:
-            waiter.clear()
+            event.clear()
             for key in keys:
-                notify.hub.attach(key, waiter)
-            park, leave = ("", "") if spot else notify.parked.notices(poller)
+                notify.hub.attach(key, event)
+            park, leave = notify.parked.notices(poller)
             known_empty = 0.0  # for how long a look would find nothing, as far as this process knows
             if not (park or leave) and (not listens or notify.hears_tasks()):
                 known_empty = notify.parked.known_empty(queue_key, recheck)
@@ -89,15 +80,12 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return metrics.polled(namespace.id, queue, lease.tasks)
-            if spot:
-                if not spot.park():
-                    continue  # woken while it looked: look again
-            elif not park:  # no other process to tell (or it is listed already): listed here
+            if not park:  # no other process to tell (or it is listed already): listed here
                 late = notify.parked.park(poller)
                 if late:  # another process began to listen meanwhile: tell it after all
                     notify.announce(late)
-            waiter.wait(min(remaining, known_empty or recheck, _next_window_in(lease)))
-            handed = spot.unpark(SETTLE_WAIT_S) if spot else notify.parked.unpark(poller, SETTLE_WAIT_S)
+            event.wait(min(remaining, known_empty or recheck, _next_window_in(lease)))
+            handed = notify.parked.unpark(poller, SETTLE_WAIT_S)
             if handed:  # a sync match: leased for this poll in the transaction that made them ready
                 return metrics.polled(namespace.id, queue, handed)
             if lease.gate is not None:
@@ -105,22 +93,8 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
                 keys |= {notify.semaphore_key(namespace.id, name) for name in lease.gate.controls.semaphores}
     finally:
         for key in keys:
-            notify.hub.unregister(key, waiter)
-        if spot:
-            spot.close()
+            notify.hub.unregister(key, event)
         notify.parked.end(poller)
-
-
-def _spot(queue_key: str, ask: _Ask) -> handoff.Spot | None:
-    """A poll of a queue without controls parks in the host's registry,
-    where there is one: any process of the host may hand it its tasks."""
-    if not handoff.active() or not _matchable(ask):
-        return None
-    try:
-        return handoff.Spot(queue_key, ask.to_wire())
-    except OSError:
-        log.warning("a poll of %s parks in this process only: the host's registry refused it", queue_key, exc_info=True)
-        return None
 
 
 def _look(
@@ -144,14 +118,6 @@ class _Ask:
     worker_id: str
     count: int
 
-    def to_wire(self) -> list:
-        return [self.namespace_id, self.queue, self.worker_id, self.count]
-
-    @classmethod
-    def from_wire(cls, values: list) -> _Ask:
-        namespace_id, queue, worker_id, count = values
-        return cls(int(namespace_id), str(queue), str(worker_id), int(count))
-
 
 def _matchable(ask: _Ask) -> bool:
     """A sync match leases only for queues without controls (as far as this
@@ -169,29 +135,7 @@ def _lease_matched(ask: _Ask) -> list[Task]:
     return tasks
 
 
-notify.on_sync_match(_matchable, _lease_matched, _Ask.from_wire)
-
-# A hand-off's body: the leased rows (``attempts.LEASED_FIELDS``), or, when
-# they do not fit one datagram, their ids after IDS, and the poll reads them.
-IDS = b"#"
-
-
-def _encode(tasks: list[Task]) -> bytes:
-    data = json.dumps([sql.to_wire(task, attempts.LEASED_FIELDS) for task in tasks]).encode()
-    if len(data) < handoff.MAX_DATAGRAM:
-        return data
-    return IDS + json.dumps([str(task.pk) for task in tasks]).encode()
-
-
-def _decode(body: bytes) -> list[Task]:
-    if body[:1] != IDS:
-        return [sql.from_wire(Task, values, attempts.LEASED_FIELDS) for values in json.loads(body)]
-    condition, params = sql.any_of(Task, "id", json.loads(body[1:]))
-    statement = f"SELECT {sql.columns(Task, fields=attempts.LEASED_FIELDS)} FROM {sql.table(Task)} WHERE {condition}"
-    return sql.rows(Task, statement, params, fields=attempts.LEASED_FIELDS)
-
-
-handoff.on_the_wire(_encode, _decode)
+notify.on_sync_match(_matchable, _lease_matched)
 
 
 def _count_held_back(lease: attempts.Lease, counted: set[str], namespace_id: int) -> None:

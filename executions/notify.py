@@ -20,12 +20,6 @@ process woke for the same task; a woken poller whose lease still finds
 nothing (a fresh poll took the task first) parks again. On SQLite, and for
 pollers of one process, the list is the process's own.
 
-Before any of that, the transaction that made tasks ready leases them for
-polls already parked (a sync match, ``_meet``): on PostgreSQL for polls of
-any process of this host, which park in the host's registry
-(``executions.handoff``) rather than in the notices' lists; on SQLite for
-this process's. Only what it could not hand over goes out as a notice.
-
 The system-task role listens on a channel of its own: "a system task is
 ready" (``SYSTEM_KEY``) and "a slot or permits that system tasks wait for
 were freed" (``system_freed``), which also names what was freed, for the
@@ -38,6 +32,8 @@ import functools
 import itertools
 import json
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -46,8 +42,7 @@ from typing import Any, Protocol
 
 from django.db import connection, transaction
 
-from executions import handoff
-from nodeflow import ids, transactions
+from nodeflow import transactions
 
 log = logging.getLogger(__name__)
 
@@ -184,23 +179,14 @@ def leased(namespace_id: int, queue: str, count: int) -> None:
 
 
 def _send_ready(ready: dict[str, int]) -> None:
-    _meet(ready)  # less what it handed to parked pollers (this process's, or this host's)
+    _meet(ready)  # less what it handed to this process's parked pollers
     if not ready:
         return
-    if handoff.active():  # what was not handed over wakes this host's polls of its queues after the commit
-        transaction.on_commit(functools.partial(_wake_here, dict(ready)))
-    here = handoff.host()
-    sender = f"{ids.PROCESS}.{{}}@{here}" if here else f"{ids.PROCESS}.{{}}"
-    notices = [f"{READY}{key}|{count}|{sender.format(next(_sent))}" for key, count in ready.items()]
+    notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items()]
     if connection.vendor == "postgresql":
         announce(*notices, with_commit=True)  # heard by every listener, this process's too, in commit order
     else:
         transaction.on_commit(lambda: _hear_all(notices))
-
-
-def _wake_here(ready: dict[str, int]) -> None:
-    for key, count in ready.items():
-        handoff.wake(key, count)
 
 
 def _hear_all(notices: list[str]) -> None:
@@ -272,32 +258,27 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
 
 
 # --- sync match ------------------------------------------------------------------
-# A service transaction that made tasks of a queue ready, on a host where a
-# long-poll of that queue is parked, leases them for that poll before it
+# A service transaction that made tasks of a queue ready, in a process where
+# a long-poll of that queue is parked, leases them for that poll before it
 # commits (as Temporal's matching service hands a new task to a waiting
 # poller: a "sync match"), and the poll answers with them once it commits:
 # no ready notice, no wake-up, no lease transaction of the poll's own. The
 # lease is the poll's (its worker id, its count), taken through the same
 # path and gate as every lease (the hook ``dispatch`` registers), so every
-# control holds. A poll parked in the host's registry (PostgreSQL,
-# ``executions.handoff``) may be in any process of the host; one parked in
-# this process's list (SQLite, or the registry off) only while no other
-# process listens: then that list is this process's own, and no other
-# process's copy of it goes stale. A rolled-back transaction hands nothing;
-# the poll looks again.
+# control holds. Only while no other process listens: then this process's
+# list of parked pollers is its own, and no other process's copy of it
+# goes stale. A rolled-back transaction hands nothing; the poll looks again.
 Leaser = Callable[[Any], list]  # a parked poll's ask → the tasks leased for it, in the caller's transaction
 Matchable = Callable[[Any], bool]  # whether a sync match may lease for a poll with this ask
-AskReader = Callable[[list], Any]  # an ask as a poll's registry file holds it (executions.handoff) → the ask
-_matcher: tuple[Matchable, Leaser, AskReader] | None = None
+_matcher: tuple[Matchable, Leaser] | None = None
 
 
-def on_sync_match(matchable: Matchable, lease: Leaser, read_ask: AskReader) -> None:
+def on_sync_match(matchable: Matchable, lease: Leaser) -> None:
     """``lease(ask)`` leases for a parked poll (its ``ask``, given to
-    ``Parked.begin`` or to a ``handoff.Spot`` as a list, which ``read_ask``
-    reads back) in the transaction that made its queue's tasks ready, where
-    ``matchable(ask)``."""
+    ``Parked.begin``) in the transaction that made its queue's tasks ready,
+    where ``matchable(ask)``."""
     global _matcher
-    _matcher = (matchable, lease, read_ask)
+    _matcher = (matchable, lease)
 
 
 def _meet(ready: dict[str, int]) -> None:
@@ -307,7 +288,7 @@ def _meet(ready: dict[str, int]) -> None:
     (``leased``)."""
     if _matcher is None or not transactions.active():
         return
-    matchable, lease, read_ask = _matcher
+    matchable, lease = _matcher
     for key in list(ready):
         while ready.get(key, 0) > 0:
             claimed = parked.claim(key, matchable)
@@ -318,19 +299,6 @@ def _meet(ready: dict[str, int]) -> None:
             poller.handed = lease(poller.ask)
             if not poller.handed:
                 break  # nothing it may lease now: the rest wait for the notice
-        while ready.get(key, 0) > 0:
-            won = handoff.claim(key)
-            if won is None:
-                break
-            ask = read_ask(won.ask)
-            tasks = lease(ask) if matchable(ask) else []
-            transactions.after(functools.partial(_hand_over, won, tasks))
-            if not tasks:
-                break  # nothing it may lease now (the poll looks again): the rest wait for the notice
-
-
-def _hand_over(won: handoff.Claim, tasks: list, committed: bool) -> None:
-    handoff.deliver(won, tasks if committed else None)
 
 
 # --- one wake-up per ready task ------------------------------------------------
@@ -345,7 +313,8 @@ def _hand_over(won: handoff.Claim, tasks: list, committed: bool) -> None:
 #   u|<process>                      a process stopped listening (no pollers)
 READY, PARK, LEAVE, CENSUS, HERE, UNLISTENED = "r|", "p|", "l|", "c|", "h|", "u|"
 _PARKED_NOTICES = frozenset({READY, PARK, LEAVE, UNLISTENED})
-Epoch = tuple[int, int, int]  # (generation, ready notices heard of one queue key, handoff.mark)
+PROCESS = f"{os.getpid()}-{secrets.token_hex(3)}"
+Epoch = tuple[int, int]  # (generation, ready notices heard of one queue key)
 _MAX_KEYS = 10_000  # queue keys counted and marked empty, at most
 _sent = itertools.count()
 _pollers = itertools.count()
@@ -361,13 +330,12 @@ def _set_event() -> threading.Event:
 class _Poller:
     key: str
     until: float  # time.time() it gives up by
-    event: Waiter | None = None  # this process's pollers only
+    event: threading.Event | None = None  # this process's pollers only
     woken: bool = False  # picked for a ready notice (no longer listed anywhere)
     ask: Any = None  # what a sync match leases for it (``on_sync_match``); this process's pollers only
     parked: bool = False  # waiting (between ``park`` and ``unpark``): it may be matched
     handed: list | None = None  # what a sync match's transaction leased for it, once it committed
     settled: threading.Event = field(default_factory=_set_event)  # clear while a sync match's transaction runs
-    spot: bool = False  # parked in the host's registry (executions.handoff), not listed by notices
 
     def park_notice(self, poller_id: str) -> str:
         """``p|id|key|until``: lists the poller in every process that hears it."""
@@ -397,15 +365,12 @@ class Parked:
         self._empty: dict[str, tuple[Epoch, float]] = {}
 
     # --- this process's pollers ------------------------------------------
-    def begin(self, key: str, until: float, event: Waiter, ask: Any = None, *, spot: bool = False) -> str:
+    def begin(self, key: str, until: float, event: threading.Event, ask: Any = None) -> str:
         """A poll of ``key`` that may park; its id names it in the notices.
-        ``ask``: what a sync match leases for it (None: it is never matched).
-        ``spot``: it parks in the host's registry (``executions.handoff``)
-        instead: never listed, and woken by a ready notice only when the
-        notice comes from another host."""
-        poller_id = f"{ids.PROCESS}.{next(_pollers)}"
+        ``ask``: what a sync match leases for it (None: it is never matched)."""
+        poller_id = f"{PROCESS}.{next(_pollers)}"
         with self._lock:
-            self._local[poller_id] = _Poller(key, until, event, ask=ask, spot=spot)
+            self._local[poller_id] = _Poller(key, until, event, ask=ask)
             self.wanted.set()
         return poller_id
 
@@ -505,15 +470,14 @@ class Parked:
                 for listed in self._listed.values():
                     listed.pop(rest, None)
         elif kind == READY:
-            key, count, sender = rest.split("|")
-            here = handoff.host()
-            for event in self.ready(key, int(count), from_here=bool(here) and sender.endswith("@" + here)):
+            key, count, _ = rest.split("|")
+            for event in self.ready(key, int(count)):
                 event.set()
 
     def _listed_park(self, poller_id: str, key: str, until: float) -> None:
         with self._lock:
             process = poller_id.rpartition(".")[0]
-            if process != ids.PROCESS:
+            if process != PROCESS:
                 self._others.add(process)
             listed = self._listed.setdefault(key, {})
             listed.pop(poller_id, None)  # parked again: to the back
@@ -521,13 +485,11 @@ class Parked:
             poller.woken, poller.until = False, until
             listed[poller_id] = poller
 
-    def ready(self, key: str, count: int, *, from_here: bool = False) -> list[Waiter]:
+    def ready(self, key: str, count: int) -> list[threading.Event]:
         """Pick up to ``count`` pollers of ``key``, longest parked first
         (the same in every process); the events of this process's picks.
         Were fewer listed than tasks made ready, this process's pollers of
-        ``key`` not listed yet (their park is on its way) are woken too;
-        those parked in the host's registry only for a notice from another
-        host (``from_here``: the sender woke them through the registry)."""
+        ``key`` not listed yet (their park is on its way) are woken too."""
         now = time.time()
         events = []
         with self._lock:
@@ -548,8 +510,6 @@ class Parked:
                 for poller_id, poller in self._local.items():
                     if picked >= count:
                         break
-                    if poller.spot and from_here:
-                        continue
                     if poller.key == key and poller_id not in listed and not poller.woken and poller.event:
                         picked += 1
                         poller.woken = True
@@ -573,11 +533,9 @@ class Parked:
         return park, (f"{LEAVE}{poller_id}" if listed else "")
 
     def waiting(self, key: str) -> int:
-        """How many of this process's polls of ``key`` are parked (a sync
-        match, or a hand-off from any process of the host, may lease for them)."""
+        """How many of this process's polls of ``key`` are parked (a sync match may lease for them)."""
         with self._lock:
-            pollers = [poller for poller in self._local.values() if poller.key == key]
-        return sum(1 for poller in pollers if poller.parked or (poller.spot and getattr(poller.event, "parked", False)))
+            return sum(1 for poller in self._local.values() if poller.key == key and poller.parked)
 
     def listed(self, key: str) -> int:
         """How many pollers of ``key`` are listed (every process's, as heard here)."""
@@ -592,7 +550,7 @@ class Parked:
         process's listed pollers, which it may not have heard."""
         with self._lock:
             self._others.add(process)
-        return ([HERE + ids.PROCESS] if census else []) + self.roll_call()
+        return ([HERE + PROCESS] if census else []) + self.roll_call()
 
     def began_listening(self) -> list[str]:
         """This process (again) hears the notices: what it had listed may be
@@ -645,16 +603,13 @@ class Parked:
     def epoch(self, key: str) -> Epoch:
         """Read before a look; ``saw_empty`` takes it back."""
         with self._lock:
-            return self._epoch(key)
-
-    def _epoch(self, key: str) -> Epoch:
-        return self._generation, self._readies.get(key, 0), handoff.mark(key)
+            return self._generation, self._readies.get(key, 0)
 
     def saw_empty(self, key: str, epoch: Epoch, looked_at: float) -> None:
         """A look that began at ``epoch`` (and ``looked_at``, time.monotonic())
         found nothing more to lease of ``key``."""
         with self._lock:
-            if epoch == self._epoch(key):
+            if epoch == (self._generation, self._readies.get(key, 0)):
                 if len(self._empty) > _MAX_KEYS:
                     self._empty.clear()
                 self._empty[key] = (epoch, looked_at)
@@ -665,7 +620,7 @@ class Parked:
         notice of it has been heard since."""
         with self._lock:
             mark = self._empty.get(key)
-            if mark is None or mark[0] != self._epoch(key):
+            if mark is None or mark[0] != (self._generation, self._readies.get(key, 0)):
                 return 0.0
             return max(0.0, trust_s - (time.monotonic() - mark[1]))
 
@@ -740,7 +695,7 @@ class _Listener(threading.Thread):
                     kind, process = note.payload[:2], note.payload[2:]
                     if kind not in (CENSUS, HERE):
                         _deliver(note.payload)
-                    elif process != ids.PROCESS:
+                    elif process != PROCESS:
                         answers += parked.heard_listener(process, census=kind == CENSUS)
                 self._send(conn, answers)  # parked again, in every process's list
 
@@ -754,12 +709,12 @@ class _Listener(threading.Thread):
             if not parked.wanted.wait(self.POLL_S):
                 return False
             conn.execute(f"LISTEN {self.channel}")
-            self._send(conn, [CENSUS + ids.PROCESS, *parked.began_listening()])
+            self._send(conn, [CENSUS + PROCESS, *parked.began_listening()])
             self.listening.set()
         elif parked.idle_for(IDLE_UNLISTEN_S):
             self.listening.clear()
             conn.execute(f"UNLISTEN {self.channel}")
-            self._send(conn, [UNLISTENED + ids.PROCESS])
+            self._send(conn, [UNLISTENED + PROCESS])
             return False
         return True
 

@@ -231,35 +231,6 @@ def to_model[M: models.Model](
     return instance
 
 
-def to_wire(instance: models.Model, fields: tuple[str, ...]) -> list:
-    """The values of ``fields`` of a model instance as JSON takes them (a
-    row handed to another process: executions.handoff); ``from_wire`` reads them back."""
-    return [_plain(instance.__dict__[attname]) for attname in _attnames(type(instance), fields)]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return value
-
-
-def from_wire[M: models.Model](model: type[M], values: Sequence[Any], fields: tuple[str, ...]) -> M:
-    """The instance ``to_wire`` gave the values of, as ``to_model`` builds
-    one (the fields not sent deferred)."""
-    converted = [
-        value if value is None or isinstance(field, models.JSONField) else field.to_python(value)
-        for field, value in zip(_fields(model, fields), values, strict=True)
-    ]
-    instance = object.__new__(model)
-    instance.__dict__.update(zip(_attnames(model, fields), converted, strict=True))
-    instance._state = ModelState()
-    instance._state.adding = False
-    instance._state.db = DEFAULT_DB_ALIAS
-    return instance
-
-
 @overload
 def rows[M: models.Model](
     model: type[M], sql: str, params: Params = (), *, extra: Literal[0] = 0, fields: tuple[str, ...] | None = None

@@ -250,13 +250,6 @@ NODE_FLOW_DECISION_SECONDS = env.float("NODE_FLOW_DECISION_SECONDS", default=0.2
 # that cannot carry prepared statements (PgBouncer in transaction mode
 # before 1.21, or without max_prepared_statements).
 NODE_FLOW_PREPARED_STATEMENTS = env.bool("NODE_FLOW_PREPARED_STATEMENTS", default=True)
-# The host-local hand-off (executions/handoff.py, PostgreSQL): a task made
-# ready is leased in the same transaction for a long-poll parked in any
-# server process of this host, and handed to it over a Unix socket, through
-# a registry directory under NODE_FLOW_HANDOFF_DIR (default /dev/shm).
-# Processes on other hosts still hear the ready notices.
-NODE_FLOW_LOCAL_HANDOFF = env.bool("NODE_FLOW_LOCAL_HANDOFF", default=True)
-NODE_FLOW_HANDOFF_DIR = env("NODE_FLOW_HANDOFF_DIR", default="")
 # The garbage collector's thresholds in server processes (gc.set_threshold;
 # nodeflow/process.py): one to three integers, or empty for CPython's own.
 NODE_FLOW_GC_THRESHOLD = _gc_threshold(env("NODE_FLOW_GC_THRESHOLD", default="10000,10,10"))

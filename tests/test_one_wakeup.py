@@ -2,11 +2,7 @@
 wakes one parked long-poll, not every one; in one process on both
 databases, and across processes on PostgreSQL; and no poller a wake-up
 reaches comes back empty. The pollers' periodic re-check is pushed past
-their wait, so every lease after the first is a wake-up's.
-
-These are the notices' rules, which processes on other hosts (and polls
-of queues with controls) go by: the host-local hand-off is off here
-(tests/test_handoff.py holds the same rules for it)."""
+their wait, so every lease after the first is a wake-up's."""
 
 from __future__ import annotations
 
@@ -20,7 +16,6 @@ import pytest
 from django.db import connection
 
 from executions import attempts, dispatch, lifecycle, notify
-from nodeflow import ids
 from tests.procs.stack import PYTHON, ROOT, live_database_url
 from tests.wakeup_helpers import one_task_namespace, wait_for
 
@@ -28,11 +23,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 QUEUE = "solo"
 WAIT_S = 6.0
-
-
-@pytest.fixture(autouse=True)
-def by_notices(settings):
-    settings.NODE_FLOW_LOCAL_HANDOFF = False
 
 
 @pytest.fixture
@@ -90,7 +80,7 @@ def assert_one_wakeup_each(pollers: list[list[int]], *, ready: int) -> None:
 def test_across_processes_a_ready_task_wakes_one_poller(namespace):
     if connection.vendor != "postgresql":
         pytest.skip("across processes the wake-up is PostgreSQL's NOTIFY")
-    env = {**os.environ, "DATABASE_URL": live_database_url(), "PYTHONPATH": str(ROOT), "NODE_FLOW_LOCAL_HANDOFF": "0"}
+    env = {**os.environ, "DATABASE_URL": live_database_url(), "PYTHONPATH": str(ROOT)}
     processes = [
         subprocess.Popen(
             [PYTHON, str(ROOT / "tests" / "procs" / "pollers.py"), QUEUE, "3", str(WAIT_S), "6"],
@@ -109,7 +99,7 @@ def test_across_processes_a_ready_task_wakes_one_poller(namespace):
     finally:
         for process in processes:
             process.kill()
-    leases = [json.loads(out.strip().splitlines()[-2]) for out in outputs]
+    leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
 
 
@@ -146,7 +136,7 @@ def test_a_poller_parking_as_another_process_begins_to_listen_is_told_to_it():
     parked = notify.Parked()
     poller = parked.begin("k", time.time() + 60, threading.Event())
     assert parked.notices(poller) == ("", "")  # no one else listens: nothing to tell
-    assert parked.heard_listener("other", census=True) == [notify.HERE + ids.PROCESS]  # not listed yet
+    assert parked.heard_listener("other", census=True) == [notify.HERE + notify.PROCESS]  # not listed yet
     late = parked.park(poller)
     assert late.startswith(notify.PARK + poller + "|k|")
     assert parked.listed("k") == 0  # listed when its notice is heard, as in the other process

@@ -1,12 +1,10 @@
-"""A process of long-polls for tests/test_one_wakeup.py and
-tests/test_handoff.py: ``pollers.py QUEUE COUNT WAIT_S LISTED``. Each of
-COUNT threads long-polls QUEUE once for up to WAIT_S (the periodic re-check
-pushed past that, so only a wake-up can make a poller look again). It
-prints ``listed`` once it hears LISTED pollers parked (every process's, by
-their notices; with LISTED ``own``, once its own COUNT are parked in the
-host's registry; ``listed only N`` and exit 1 if that takes over 30 s),
-then, as JSON, each poller's lease statements (how many tasks each leased)
-and, last, the ids of the tasks the polls got."""
+"""A process of long-polls for tests/test_one_wakeup.py: ``pollers.py QUEUE
+COUNT WAIT_S LISTED``. Each of COUNT threads long-polls QUEUE once for up to
+WAIT_S (the periodic re-check pushed past that, so only a wake-up can make
+a poller look again). It prints ``listed`` once it hears LISTED pollers
+parked (every process's; ``listed only N`` and exit 1 if that takes
+over 30 s), then, as JSON, each poller's lease statements
+(how many tasks each leased)."""
 
 from __future__ import annotations
 
@@ -30,9 +28,7 @@ from nodeflow.models import Namespace  # noqa: E402 - needs django.setup()
 
 
 def main() -> None:
-    queue, count, wait_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    own = sys.argv[4] == "own"
-    listed = count if own else int(sys.argv[4])
+    queue, count, wait_s, listed = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
     dispatch.LISTEN_RECHECK_S = dispatch.POLL_RECHECK_S = wait_s + 60
     namespace = Namespace.objects.get(name="default")
     leases: dict[int, list[int]] = {}
@@ -45,14 +41,9 @@ def main() -> None:
 
     attempts.lease_queue = counting
 
-    got: list[str] = []
-
     def poll() -> None:
         try:
-            got.extend(
-                str(task.pk)
-                for task in dispatch.poll(namespace=namespace, queue=queue, worker_id="w", count=1, wait_s=wait_s)
-            )
+            dispatch.poll(namespace=namespace, queue=queue, worker_id="w", count=1, wait_s=wait_s)
         finally:
             connection.close()
 
@@ -61,18 +52,15 @@ def main() -> None:
         thread.start()
     key = notify.queue_key(namespace.id, queue)
     give_up = time.monotonic() + 30
-    # Every process's pollers, as this one hears them; or this one's own, in the registry.
-    parked = notify.parked.waiting if own else notify.parked.listed
-    while parked(key) < listed:
+    while notify.parked.listed(key) < listed:  # every process's pollers, as this one hears them
         if time.monotonic() > give_up:
-            print(f"listed only {parked(key)}", flush=True)  # a park notice was lost
+            print(f"listed only {notify.parked.listed(key)}", flush=True)  # a park notice was lost
             sys.exit(1)
         time.sleep(0.01)
     print("listed", flush=True)
     for thread in threads:
         thread.join()
     print(json.dumps(list(leases.values())), flush=True)
-    print(json.dumps(got), flush=True)
 
 
 if __name__ == "__main__":
