@@ -24,6 +24,7 @@ from nodeflow.keys import create_api_key
 from quotas.models import WorkerPoll
 from tests.procs.stack import ROOT, free_port, live_database_url
 from tests.test_wsgi_bodies import check_a_chunked_start
+from tests.wakeup_helpers import wait_for
 from tools.stack import granian_command
 
 REQUESTS = 40
@@ -135,17 +136,16 @@ def test_a_killed_worker_is_replaced_while_the_other_serves(server):
     first = server.workers()
     assert len(first) == 2, first
     os.kill(first[0], signal.SIGKILL)
+
+    def answered() -> bool:
+        try:
+            return server.request("GET", "/healthz", timeout=5)[0] == 200
+        except OSError:
+            return False
+
     # The other worker answers meanwhile (a connection may still reach the
     # dead one: under load, several in a row did, so the tries have a deadline).
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if server.request("GET", "/healthz", timeout=5)[0] == 200:
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail("no worker answered after one was killed")
-            time.sleep(0.05)
+    wait_for(answered, timeout_s=10)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         now = server.workers()
