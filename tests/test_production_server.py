@@ -50,14 +50,21 @@ class Server:
         pid = self.process.pid
         return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
+    def serving(self, count: int) -> bool:
+        """``count`` workers run granian's server threads, which start after
+        the worker has loaded the application and set its signal handlers
+        (a worker forked from the main process has its one thread until then)."""
+        workers = self.workers()
+        try:
+            return len(workers) == count and all(len(os.listdir(f"/proc/{pid}/task")) > 1 for pid in workers)
+        except FileNotFoundError:  # a worker exited meanwhile
+            return False
 
-@pytest.fixture
-def server(transactional_db) -> Iterator[Server]:
-    key = create_api_key(role="admin", namespace="default")[1]
-    port = free_port()
+
+def _start_granian(port: int, **sizes) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": live_database_url(), "CONN_MAX_AGE": "60"}
-    process = subprocess.Popen(
-        granian_command(port, workers=2, threads=4),
+    return subprocess.Popen(
+        granian_command(port, **sizes),
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -65,6 +72,13 @@ def server(transactional_db) -> Iterator[Server]:
         text=True,
         start_new_session=True,
     )
+
+
+@pytest.fixture
+def server(transactional_db) -> Iterator[Server]:
+    key = create_api_key(role="admin", namespace="default")[1]
+    port = free_port()
+    process = _start_granian(port, workers=2, threads=4)
     served = Server(port, key, process)
     try:
         deadline = time.monotonic() + 30
@@ -74,6 +88,8 @@ def server(transactional_db) -> Iterator[Server]:
                     break
             except OSError:
                 time.sleep(0.1)
+        # One worker answering is not both loaded: a stop must find both serving.
+        wait_for(lambda: served.serving(2), timeout_s=30)
         yield served
     finally:
         if process.poll() is None:
@@ -130,6 +146,25 @@ def test_a_stop_lets_a_waiting_long_poll_answer(server):
     poller.join(timeout=30)
     assert answered.get("answer") == (200, b"[]"), answered
     assert server.process.wait(timeout=30) == 0
+
+
+def test_a_stop_while_the_workers_load_ends_within_the_kill_timeout():
+    """granian forks a worker with the main process's signal handler, and the
+    worker sets its own only after loading the application: a SIGTERM in
+    between is lost, and without ``--workers-kill-timeout`` the stop waits
+    for that worker forever (CI saw it once)."""
+    process = _start_granian(free_port(), workers=2, threads=2, kill_timeout_s=2)
+    booting = Server(0, "", process)
+    try:
+        # Stop as soon as the workers are forked: loading Django takes them about 1 s.
+        wait_for(lambda: len(booting.workers()) == 2, timeout_s=20)
+        assert not booting.serving(2), "the workers loaded before the stop; nothing was checked"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
 
 
 def test_a_killed_worker_is_replaced_while_the_other_serves(server):

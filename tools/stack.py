@@ -46,7 +46,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def granian_command(port: int, *, workers: int, threads: int, keep_alive: bool = True) -> list[str]:
+# Longer than the longest long-poll (30 s), so a stop lets every poll answer;
+# it bounds the stop of a worker that got SIGTERM while still loading the
+# application, which granian otherwise waits for forever (docs/deployment.md).
+GRANIAN_KILL_TIMEOUT_S = 35
+
+
+def granian_command(
+    port: int, *, workers: int, threads: int, keep_alive: bool = True, kill_timeout_s: int = GRANIAN_KILL_TIMEOUT_S
+) -> list[str]:
     """granian serving ``nodeflow.wsgi`` on loopback (docs/deployment.md's
     command, with the benchmark's sizes)."""
     return [
@@ -62,6 +70,8 @@ def granian_command(port: int, *, workers: int, threads: int, keep_alive: bool =
         "--blocking-threads",
         str(threads),
         "--respawn-failed-workers",
+        "--workers-kill-timeout",
+        str(kill_timeout_s),
         "--no-ws",
         "--log-level",
         "warning",
