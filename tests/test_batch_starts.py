@@ -4,12 +4,15 @@ idempotencyKey and its own answer; one refused start spoils no other."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
 from executions.models import Execution
 from nodeflow import clock
 from tests.engine_helpers import execution, register, simple
+from tests.wakeup_helpers import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -128,3 +131,85 @@ def test_a_batch_is_one_commit_and_each_start_sees_those_before_it(api, monkeypa
     assert [a["status"] for a in answers] == [201, 201, 200]
     assert answers[0]["id"] == answers[2]["id"]
     assert len(commits) == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="two connections racing for one key: PostgreSQL's row locks"
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_key_another_start_takes_meanwhile_gives_its_execution_and_spoils_no_other(api):
+    """A keyed start whose key another start holds, not yet committed: the
+    batch's insert waits for it, then conflicts. The batch's inserts are
+    pipelined (sql.pipelined), yet the conflict is raised in the keyed
+    insert's savepoint: the answer is the other start's execution (200),
+    and the start after it in the batch is written."""
+    from executions import lifecycle
+    from nodeflow.models import Namespace
+
+    register(api, "orders", simple("charge"))
+    namespace = Namespace.objects.get(name="default")
+    holding, release = threading.Event(), threading.Event()
+    held: dict = {}
+
+    def hold_the_key() -> None:
+        try:
+            with transaction.atomic():
+                held["execution"], _ = lifecycle.start_execution(
+                    namespace=namespace, name="orders", idempotency_key="k"
+                )
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_key)
+    holder.start()
+    answers: dict = {}
+
+    def start_the_batch() -> None:
+        try:
+            starts = [{"name": "orders", "idempotencyKey": "k"}, {"name": "orders"}]
+            answers["results"] = lifecycle.start_executions(
+                namespace=namespace, starts=[{"input": {}, "priority": 0, **start} for start in starts]
+            )
+        finally:
+            connections.close_all()
+
+    assert holding.wait(30)
+    batch_thread = threading.Thread(target=start_the_batch)
+    batch_thread.start()
+
+    def batch_waits_for_the_key() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return cursor.fetchone()[0] == 1
+
+    try:
+        wait_for(batch_waits_for_the_key, timeout_s=30)
+    finally:
+        release.set()
+        holder.join(30)
+        batch_thread.join(30)
+    results = answers["results"]
+    assert [r["status"] for r in results] == [200, 201], results
+    assert results[0]["id"] == str(held["execution"].id)
+    assert Execution.objects.count() == 2
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's pipeline mode")
+def test_a_batch_sends_its_inserts_without_waiting_for_each(api):
+    """The inserts of a bulk start (two a start) go in psycopg's pipeline:
+    the batch waits for the database where it reads, not once a row."""
+    register(api, "orders", simple("charge"))
+    batch(api, {"name": "orders"})  # per-process caches
+    pipelined: list[bool] = []
+
+    def look(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("INSERT"):
+            pipelined.append(connection.connection._pipeline is not None)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(look):
+        answer = batch(api, *[{"name": "orders"}] * 5)
+    assert [r["status"] for r in answer.json()["results"]] == [201] * 5
+    assert pipelined == [True] * 10
