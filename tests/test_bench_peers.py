@@ -178,6 +178,7 @@ def test_the_targets_are_ratios_of_this_runs_figures():
     assert found["production B p50 / Celery B p50"].met is True  # ≤ 2
     assert found["dispatch p50 (production), ms"].value == 2.5
     assert found["starts/s, one at a time from 4 threads (production)"].met is True
+    assert found["starts/s, bulk route (production)"].value == 3300.0
     assert found["production A e2e / DBOS A e2e"].value == pytest.approx(5.0)
     assert found["production A e2e / Procrastinate A e2e"].value == pytest.approx(1.5)
     assert found["commits per task, A e2e (production)"].met is True
