@@ -98,9 +98,11 @@ def sync() -> None:
     """Wait for the answers of what a ``pipelined`` block has sent, raising
     its error here; nothing outside one."""
     db = _db()
-    if db.vendor == "postgresql" and db.connection is not None and db.connection._pipeline is not None:
-        with db.wrap_database_errors:
-            db.connection._pipeline.sync()
+    raw = db.connection if db.vendor == "postgresql" else None
+    if raw is not None and raw.pgconn.pipeline_status:  # ON, or ABORTED by an error not yet raised
+        # Entering a nested pipeline block syncs what is pending (psycopg), raising its error.
+        with db.wrap_database_errors, raw.pipeline():
+            pass
 
 
 @functools.cache
