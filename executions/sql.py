@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import functools
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast, overload
@@ -74,29 +75,45 @@ def cursor():
         return db._prepare_cursor(bound)
 
 
+# A statement a pipeline may leave unanswered: a plain insert, whose caller
+# reads nothing of it (no RETURNING, and no ON CONFLICT whose row count says
+# what went in).
+_UNANSWERED = re.compile(r"\s*INSERT\s+INTO\b(?!.*\b(?:RETURNING|ON\s+CONFLICT)\b)", re.IGNORECASE | re.DOTALL)
+
+
 @contextlib.contextmanager
 def pipelined() -> Iterator[None]:
-    """On PostgreSQL, psycopg's pipeline mode for the block: a statement
-    whose result nobody reads (an insert) is sent without waiting for its
-    answer, so a service that writes many rows one by one (a bulk start:
-    two inserts a start) waits for the database once, where the block
-    reads or ends, not once a row. An error is raised there, not at the
-    statement that caused it: ``sync`` where it must be raised at once (an
+    """On PostgreSQL, psycopg's pipeline mode for the block, for plain
+    inserts only: each is sent without waiting for its answer, so a service
+    that writes many rows one by one (a bulk start: two inserts a start)
+    waits for the database where it does anything else, not once a row.
+    Every other statement is answered before the caller sees it (an
+    execute wrapper syncs after it): in a pipeline psycopg gives a row
+    count of -1 until then, and an update's count decides things (an
+    admission, an execution's end). An insert's error is raised at the next
+    sync, not at the insert: ``sync`` where it must be raised at once (an
     insert in a savepoint that expects a conflict). Nothing on SQLite. For
-    a batch only: on a single start its bookkeeping cost more CPU than the
-    round trips it saved (docs/engine.md)."""
+    a batch only: on a single start the pipeline's bookkeeping cost more CPU
+    than the round trips it saved (docs/engine.md)."""
     db = _db()
     if db.vendor != "postgresql":
         yield
         return
     db.ensure_connection()
-    with db.wrap_database_errors, db.connection.pipeline():
+    with db.wrap_database_errors, db.connection.pipeline(), db.execute_wrapper(_answered_unless_insert):
         yield
 
 
+def _answered_unless_insert(execute, statement, params, many, context):
+    result = execute(statement, params, many, context)
+    if not _UNANSWERED.match(statement if isinstance(statement, str) else str(statement)):
+        sync()
+    return result
+
+
 def sync() -> None:
-    """Wait for the answers of what a ``pipelined`` block has sent, raising
-    its error here; nothing outside one."""
+    """Wait for the answers of what a ``pipelined`` block has sent (its
+    inserts), raising their error here; nothing outside one."""
     db = _db()
     raw = db.connection if db.vendor == "postgresql" else None
     if raw is not None and raw.pgconn.pipeline_status:  # ON, or ABORTED by an error not yet raised

@@ -213,3 +213,18 @@ def test_a_batch_sends_its_inserts_without_waiting_for_each(api):
         answer = batch(api, *[{"name": "orders"}] * 5)
     assert [r["status"] for r in answer.json()["results"]] == [201] * 5
     assert pipelined == [True] * 10
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's pipeline mode")
+def test_in_a_batchs_pipeline_an_update_still_counts_its_rows(api):
+    """A start's first decision may update rows and act on how many changed
+    (an admission, an execution's end): psycopg answers -1 for a statement
+    of a pipeline not yet synced, so only inserts stay unsynced there."""
+    from executions import sql
+
+    register(api, "orders", simple("charge"))
+    ids = [batch(api, {"name": "orders"}).json()["results"][0]["id"] for _ in range(2)]
+    with transaction.atomic(), sql.pipelined():
+        assert sql.update(Execution, values={"priority": 5}, where={"id": ids}) == 2
+        assert Execution.objects.filter(pk__in=ids, priority=5).update(priority=6) == 2
+        assert Execution.objects.filter(pk__in=ids, priority=5).update(priority=7) == 0
