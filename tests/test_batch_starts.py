@@ -181,7 +181,9 @@ def test_a_key_another_start_takes_meanwhile_gives_its_execution_and_spoils_no_o
 
     def batch_waits_for_the_key() -> bool:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
             return cursor.fetchone()[0] == 1
 
     try:
