@@ -82,8 +82,8 @@ def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     """Start each of ``starts`` (a start's validated fields) through the one
     start path, in one transaction: one answer each, in order; one commit
     (one WAL flush) for the batch. Its inserts are pipelined (sql.pipelined):
-    the batch waits for the database where a start reads, not once a row. A refused start (a quota, an unknown
-    workflow) has written nothing and leaves the transaction usable
+    the batch waits for the database where a start does anything but an
+    insert, not once a row. A refused start (a quota, an unknown workflow) has written nothing and leaves the transaction usable
     (executor.start), so it spoils none of the others without a savepoint
     per start. Each start sees those before it in the batch, as it would
     had they committed: a quota counts them, an idempotency key repeated in

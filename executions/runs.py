@@ -89,7 +89,6 @@ def insert(execution: Execution) -> None:
     if execution.idempotency_key:
         with transaction.atomic():
             sql.insert([execution])
-            sql.sync()  # in a bulk start's pipeline the conflict is raised here, in the savepoint
     else:
         sql.insert([execution])
 

@@ -90,9 +90,10 @@ def pipelined() -> Iterator[None]:
     Every other statement is answered before the caller sees it (an
     execute wrapper syncs after it): in a pipeline psycopg gives a row
     count of -1 until then, and an update's count decides things (an
-    admission, an execution's end). An insert's error is raised at the next
-    sync, not at the insert: ``sync`` where it must be raised at once (an
-    insert in a savepoint that expects a conflict). Nothing on SQLite. For
+    admission, an execution's end). An insert's error is raised by the
+    next other statement: for an insert in a savepoint that expects a
+    conflict (a keyed start), the savepoint's release, which Django then
+    rolls back, so the conflict is the savepoint's. Nothing on SQLite. For
     a batch only: on a single start the pipeline's bookkeeping cost more CPU
     than the round trips it saved (docs/engine.md)."""
     db = _db()
@@ -107,19 +108,12 @@ def pipelined() -> Iterator[None]:
 def _answered_unless_insert(execute, statement, params, many, context):
     result = execute(statement, params, many, context)
     if not _UNANSWERED.match(statement if isinstance(statement, str) else str(statement)):
-        sync()
-    return result
-
-
-def sync() -> None:
-    """Wait for the answers of what a ``pipelined`` block has sent (its
-    inserts), raising their error here; nothing outside one."""
-    db = _db()
-    raw = db.connection if db.vendor == "postgresql" else None
-    if raw is not None and raw.pgconn.pipeline_status:  # ON, or ABORTED by an error not yet raised
-        # Entering a nested pipeline block syncs what is pending (psycopg), raising its error.
-        with db.wrap_database_errors, raw.pipeline():
+        # Entering a nested pipeline block syncs what is pending (psycopg),
+        # raising the error of an insert sent before, if any.
+        db = context["connection"]
+        with db.wrap_database_errors, db.connection.pipeline():
             pass
+    return result
 
 
 @functools.cache

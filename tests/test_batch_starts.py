@@ -141,7 +141,7 @@ def test_a_key_another_start_takes_meanwhile_gives_its_execution_and_spoils_no_o
     """A keyed start whose key another start holds, not yet committed: the
     batch's insert waits for it, then conflicts. The batch's inserts are
     pipelined (sql.pipelined), yet the conflict is raised in the keyed
-    insert's savepoint: the answer is the other start's execution (200),
+    insert's savepoint (at its release, the next statement): the answer is the other start's execution (200),
     and the start after it in the batch is written."""
     from executions import lifecycle
     from nodeflow.models import Namespace
@@ -208,7 +208,7 @@ def test_a_batch_sends_its_inserts_without_waiting_for_each(api):
 
     def look(execute, sql, params, many, context):
         if sql.lstrip().upper().startswith("INSERT"):
-            pipelined.append(connection.connection._pipeline is not None)
+            pipelined.append(bool(connection.connection.pgconn.pipeline_status))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(look):
