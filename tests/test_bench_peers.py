@@ -254,6 +254,9 @@ def test_every_workload_runs_at_a_tiny_size(tmp_path):
     for shape in ("production", "makeRun"):
         found = figures["shapes"][shape]
         assert found["aEndToEnd"]["e2eTasksPerSecond"] > 0 and found["aEndToEnd"]["tasks"] == 20
+        cpu = found["aEndToEnd"]["cpuMsPerTask"]  # where A's CPU went: every group spent some
+        assert cpu["server"] > 0 and cpu["worker"] > 0 and cpu["client"] > 0 and cpu["postgres"] > 0
+        assert ("roles" in cpu) == (shape == "production")
         assert found["aDrain"]["drainTasksPerSecond"] > 0
         assert found["b"]["runs"] == 2 and found["b"]["p50Ms"] > 0
         assert found["dispatch"]["runs"] == 2

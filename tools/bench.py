@@ -55,6 +55,7 @@ from django.conf import settings
 from nodeflow.process import tune_gc
 from nodeflow_worker import Client, LeasedTask
 from tools import bench_workloads as workloads
+from tools.bench_cpu import POSTGRES, CpuMeter, per_task_ms
 from tools.bench_shapes import Shape, make_run, production
 from tools.bench_stats import latency_summary
 from tools.bench_worker import WorkerProcess
@@ -316,7 +317,7 @@ class Bench:
                 figures["starts"] = self.starts(shape, client)
                 self.out(f"[{shape.name}] starts with nothing polling: {figures['starts']}")
             run.warm_up()
-            figures["aEndToEnd"], figures["idle"] = self.end_to_end_with_commits(run, observer)
+            figures["aEndToEnd"], figures["idle"] = self.end_to_end_with_commits(shape, run, observer)
             self.out(f"[{shape.name}] idle: {figures['idle']}")
             self.out(f"[{shape.name}] A end to end: {figures['aEndToEnd']}")
             figures["aDrain"] = run.a_drain(workloads.N_TASKS)
@@ -343,14 +344,18 @@ class Bench:
             client.close()
         return figures
 
-    def end_to_end_with_commits(self, run: workloads.Workloads, observer: workloads.Observer) -> tuple[dict, dict]:
+    def end_to_end_with_commits(
+        self, shape: Shape, run: workloads.Workloads, observer: workloads.Observer
+    ) -> tuple[dict, dict]:
         """A end to end between two reads of the database's commit count,
         each taken once every backend has been idle long enough to have
         flushed its statistics (PostgreSQL holds an idle backend's for up
         to 10 s). The shape's idle commits/s are measured first (the worker
         stopped: the roles' ticks), and the idle wait after the run is taken
         off at that rate; the client's own looks (a transaction each) are
-        left out."""
+        left out. Also where its CPU went (``bench_cpu``), in ms per task:
+        the server, the roles, the worker, the benchmark's own process (the
+        client and its looks) and PostgreSQL."""
         assert self.workers is not None
         self.workers.stop()
         time.sleep(STATS_FLUSH_S)
@@ -361,7 +366,15 @@ class Bench:
         looks = observer.statements
         self.workers.start(run.url, workloads.A_TASK, run.slots)
         time.sleep(0.5)  # the worker is parked in its first long-poll: "already running"
+        groups = {**shape.cpu_groups(), "worker": [self.workers.process.pid], "client": [os.getpid()], POSTGRES: []}
+        meter = CpuMeter(groups)
+        meter.start()
+        started = time.perf_counter()
         e2e = run.a_end_to_end(workloads.N_TASKS)
+        spent, took = meter.stop(), time.perf_counter() - started
+        e2e["cpuMsPerTask"] = per_task_ms(spent, workloads.N_TASKS)
+        if CpuMeter.available():
+            e2e["coresBusy"] = round(sum(s for s in spent.values() if s is not None) / took, 2)
         self.workers.stop()
         ended = time.perf_counter()
         time.sleep(STATS_FLUSH_S)

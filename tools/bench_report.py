@@ -21,6 +21,8 @@ SYSTEM_ORDER = [
     "prefect",
     "pgbench",
 ]
+# Where A end to end's CPU went (tools/bench_cpu.py), in this order.
+CPU_GROUPS = ("server", "roles", "worker", "client", "postgres", "total")
 # The table's row order; rows not named here follow in the order seen.
 ROW_ORDER = [
     ("A_throughput", "e2e_tasks_per_s"),
@@ -39,6 +41,8 @@ ROW_ORDER = [
     ("dispatch", "p99_ms"),
     ("commits", "per_task_A_e2e"),
     ("commits", "idle_per_s"),
+    *(("cpu_ms_per_task_A_e2e", group) for group in CPU_GROUPS),
+    ("cpu_ms_per_task_A_e2e", "cores_busy"),
     ("starts", "one_at_a_time_4_threads_per_s"),
     ("starts", "bulk_route_per_s"),
     ("batched_drain", "tasks_per_s"),
@@ -85,6 +89,9 @@ def nodeflow_rows(figures: dict) -> list[dict]:
             _row(system, "starts", "one_at_a_time_4_threads_per_s", starts.get("oneAtATimePerSecond"), "starts/s"),
             _row(system, "starts", "bulk_route_per_s", starts.get("bulkPerSecond"), "starts/s"),
         ]
+        cpu = e2e.get("cpuMsPerTask", {})
+        rows += [_row(system, "cpu_ms_per_task_A_e2e", group, cpu.get(group), "ms/task") for group in CPU_GROUPS]
+        rows.append(_row(system, "cpu_ms_per_task_A_e2e", "cores_busy", e2e.get("coresBusy"), "cores"))
     for fork in figures.get("fork", []):
         rows.append(_row(PRODUCTION, "fork_dynamic", f"ms_per_item_{fork['items']}", fork["msPerItem"], "ms/item"))
     rows += [

@@ -53,6 +53,13 @@ class Shape:
     label: str  # as the table shows it
     stack: Stack
 
+    def cpu_groups(self) -> dict[str, list[int]]:
+        """Its processes for ``bench_cpu.CpuMeter``: the API server (with its
+        workers; in ``make run`` the roles too) and the roles' processes."""
+        if self.name == "production":
+            return {"server": [self.stack.pid("api")], "roles": [self.stack.pid(name) for name, _ in ROLES]}
+        return {"server": [self.stack.pid("nodeflow_run")]}
+
     def start(self, *, keep_alive: bool = True) -> None:
         if self.name == "production":
             start_production(self.stack, keep_alive=keep_alive)

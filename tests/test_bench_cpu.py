@@ -1,0 +1,51 @@
+"""Where the benchmark's CPU goes (``tools/bench_cpu.py``): real processes,
+their CPU read from ``/proc``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tools.bench_cpu import POSTGRES, CpuMeter, per_task_ms
+
+pytestmark = pytest.mark.skipif(not CpuMeter.available(), reason="CPU time comes from /proc (Linux)")
+
+# A grandchild that spends 0.3 s of CPU, says so, and lives on until its input closes.
+BURN = textwrap.dedent("""
+    import sys, time
+    began = time.process_time()
+    while time.process_time() - began < 0.3:
+        pass
+    print("burnt", flush=True)
+    sys.stdin.read()
+""")
+PARENT = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN!r}])"
+
+
+def test_a_process_trees_cpu_counts_to_the_group_of_its_nearest_root():
+    meter = CpuMeter({"mine": [os.getpid()], POSTGRES: []})
+    meter.start()
+    child = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"
+        # The child is this process's, but names a group of its own: its grandchild's CPU counts there.
+        meter.groups["child"] = [child.pid]
+        spent = meter.stop()
+    finally:
+        child.communicate(timeout=30)
+    assert spent["child"] is not None and 0.25 <= spent["child"] < 2.0
+    assert spent["mine"] is not None and spent["mine"] < 0.25  # this process only waited
+    assert spent[POSTGRES] is not None and spent[POSTGRES] >= 0
+
+
+def test_cpu_per_task_is_in_milliseconds_with_a_total():
+    assert per_task_ms({"server": 2.0, "worker": 0.5, "roles": None}, 1000) == {
+        "server": 2.0,
+        "worker": 0.5,
+        "roles": None,
+        "total": 2.5,
+    }

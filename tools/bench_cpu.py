@@ -1,0 +1,108 @@
+"""Where a workload's CPU goes: the CPU time (user and system, from
+``/proc``) each group of processes spent during it. A group is the
+process trees of some pids (the API server and its workers, the roles, the
+worker process, the benchmark's own process) or, for PostgreSQL, every
+process named ``postgres`` (its backends and its background processes).
+
+On the 2-core machine every process of a run shares the same cores, so a
+workload that runs one thing at a time (A end to end: one client starting
+one at a time) is as fast as the CPU it spends per task, wherever it is
+spent; this says where. Linux only: elsewhere every figure is None.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROC = Path("/proc")
+POSTGRES = "postgres"  # the group of every process named so
+
+
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    parent: int
+    name: str
+    cpu_s: float
+
+
+def _processes() -> dict[int, _Process]:
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[int, _Process] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        # "pid (name) state ppid ... utime stime ...": the name may hold spaces and parentheses.
+        head, _, rest = stat.rpartition(")")
+        fields = rest.split()
+        name = head.partition("(")[2]
+        found[int(entry.name)] = _Process(
+            int(entry.name), int(fields[1]), name, (int(fields[11]) + int(fields[12])) / ticks
+        )
+    return found
+
+
+def _owners(processes: Mapping[int, _Process], roots: Mapping[int, str]) -> dict[int, str]:
+    """Each process that descends from a root (or is one) → the group of
+    its nearest root: a server started by the benchmark's process counts as
+    the server, not as the benchmark."""
+    owners: dict[int, str] = {}
+    for pid in processes:
+        seen, at = [], pid
+        while at in processes and at not in roots and at not in owners and at not in seen:
+            seen.append(at)
+            at = processes[at].parent
+        group = roots.get(at) or owners.get(at)
+        if group is not None:
+            owners.update(dict.fromkeys(seen, group))
+            owners[at] = group
+    return owners
+
+
+@dataclass
+class CpuMeter:
+    """``groups``: name → root pids; a group is their processes and their
+    descendants, each process counted in the group of its nearest root.
+    ``POSTGRES`` named with no pids is every process called postgres.
+    ``start()`` then ``stop()``: the CPU seconds each group spent in
+    between. A process that ended meanwhile is not counted for its time
+    after the start (its CPU is gone from ``/proc``); one that began is
+    counted whole."""
+
+    groups: dict[str, list[int]]
+    _before: dict[int, float] = field(default_factory=dict)
+
+    @staticmethod
+    def available() -> bool:
+        return (PROC / "self" / "stat").exists()
+
+    def start(self) -> None:
+        self._before = {p.pid: p.cpu_s for p in _processes().values()} if self.available() else {}
+
+    def stop(self) -> dict[str, float | None]:
+        if not self.available():
+            return dict.fromkeys(self.groups)
+        processes = _processes()
+        roots = {pid: name for name, pids in self.groups.items() for pid in pids}
+        owners = _owners(processes, roots)
+        if POSTGRES in self.groups and not self.groups[POSTGRES]:
+            owners.update({p.pid: POSTGRES for p in processes.values() if p.name == POSTGRES})
+        spent = dict.fromkeys(self.groups, 0.0)
+        for pid, group in owners.items():
+            spent[group] += processes[pid].cpu_s - self._before.get(pid, 0.0)
+        return dict(spent)
+
+
+def per_task_ms(spent: Mapping[str, float | None], tasks: int) -> dict[str, float | None]:
+    """CPU seconds by group → ms per task, with their ``total``."""
+    known = [seconds for seconds in spent.values() if seconds is not None]
+    figures = {name: None if s is None else round(s * 1000 / tasks, 2) for name, s in spent.items()}
+    figures["total"] = round(sum(known) * 1000 / tasks, 2) if known else None
+    return figures
