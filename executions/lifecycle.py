@@ -83,9 +83,9 @@ def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     start path, in one transaction: one answer each, in order; one commit
     (one WAL flush) for the batch. Its inserts are pipelined (sql.pipelined):
     the batch waits for the database where a start does anything but an
-    insert, not once a row. A refused start (a quota, an unknown workflow) has written nothing and leaves the transaction usable
-    (executor.start), so it spoils none of the others without a savepoint
-    per start. Each start sees those before it in the batch, as it would
+    insert, not once a row. A refused start (a quota, an unknown workflow)
+    has written nothing and leaves the transaction usable (executor.start),
+    so it spoils none of the others without a savepoint per start. Each start sees those before it in the batch, as it would
     had they committed: a quota counts them, an idempotency key repeated in
     the batch gives the same execution. Should a start ever be refused
     after writing (the start path makes no such refusal), the transaction

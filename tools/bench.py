@@ -371,10 +371,10 @@ class Bench:
         meter.start()
         started = time.perf_counter()
         e2e = run.a_end_to_end(workloads.N_TASKS)
-        spent, took = meter.stop(), time.perf_counter() - started
-        e2e["cpuMsPerTask"] = per_task_ms(spent, workloads.N_TASKS)
-        if CpuMeter.available():
-            e2e["coresBusy"] = round(sum(s for s in spent.values() if s is not None) / took, 2)
+        cpu, took = per_task_ms(meter.stop(), workloads.N_TASKS), time.perf_counter() - started
+        e2e["cpuMsPerTask"] = cpu
+        if cpu["total"] is not None:
+            e2e["coresBusy"] = round(cpu["total"] * workloads.N_TASKS / 1000 / took, 2)
         self.workers.stop()
         ended = time.perf_counter()
         time.sleep(STATS_FLUSH_S)
