@@ -41,6 +41,48 @@ def test_a_process_trees_cpu_counts_to_the_group_of_its_nearest_root():
     assert spent["mine"] is not None and spent["mine"] < 0.25  # this process only waited
 
 
+# A child that spends 0.3 s of CPU, then (once told) 0.2 s more and ends;
+# its parent waits for it, says so, and lives on until its input closes.
+ENDING_CHILD = textwrap.dedent("""
+    import sys, time
+    def burn(seconds):
+        began = time.process_time()
+        while time.process_time() - began < seconds:
+            pass
+    burn(0.3)
+    print("burnt", flush=True)
+    sys.stdin.readline()
+    burn(0.2)
+""")
+WAITING_PARENT = textwrap.dedent(f"""
+    import subprocess, sys
+    subprocess.run([sys.executable, "-c", {ENDING_CHILD!r}])
+    print("waited", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_a_process_that_ends_counts_through_the_parent_that_waited_for_it():
+    """As PostgreSQL's backends do when a connection closes during a run:
+    the CPU a process spent after the start still counts once it has ended
+    (its parent holds it), and what it spent before the start does not."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", WAITING_PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdin is not None and parent.stdout is not None
+    try:
+        assert parent.stdout.readline() == "burnt\n"
+        meter = CpuMeter({"tree": [parent.pid]})
+        meter.start()
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "waited\n"
+        spent = meter.stop()
+    finally:
+        parent.communicate(timeout=30)
+    assert spent["tree"] is not None and 0.18 <= spent["tree"] < 0.3
+
+
 def test_cpu_per_task_is_in_milliseconds_with_a_total():
     assert per_task_ms({"server": 2.0, "worker": 0.5, "roles": None}, 1000) == {
         "server": 2.0,

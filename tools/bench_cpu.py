@@ -26,7 +26,8 @@ class _Process:
     pid: int
     parent: int
     name: str
-    cpu_s: float
+    cpu_s: float  # its own (user and system)
+    reaped_s: float  # of its children that ended and that it waited for (cutime and cstime)
 
 
 def _processes() -> dict[int, _Process]:
@@ -44,7 +45,11 @@ def _processes() -> dict[int, _Process]:
         fields = rest.split()
         name = head.partition("(")[2]
         found[int(entry.name)] = _Process(
-            int(entry.name), int(fields[1]), name, (int(fields[11]) + int(fields[12])) / ticks
+            int(entry.name),
+            int(fields[1]),
+            name,
+            (int(fields[11]) + int(fields[12])) / ticks,
+            (int(fields[13]) + int(fields[14])) / ticks,
         )
     return found
 
@@ -72,32 +77,42 @@ class CpuMeter:
     descendants, each process counted in the group of its nearest root.
     ``POSTGRES`` named with no pids is every process called postgres.
     ``start()`` then ``stop()``: the CPU seconds each group spent in
-    between. A process that ended meanwhile is not counted for its time
-    after the start (its CPU is gone from ``/proc``); one that began is
-    counted whole."""
+    between.
+
+    A process that ends meanwhile takes its CPU out of ``/proc``; its
+    parent, once it has waited for it, holds it (``cutime``): each group is
+    counted as what its processes and the children they waited for had
+    spent at the stop, less what those of the start had. So PostgreSQL's
+    backends that end during the run (a connection closed at its
+    ``CONN_MAX_AGE``, or one per request) count through the postmaster,
+    and a process that began meanwhile counts whole. A process whose parent
+    is in another group counts there once it ended."""
 
     groups: dict[str, list[int]]
-    _before: dict[int, float] = field(default_factory=dict)
+    _before: dict[int, _Process] = field(default_factory=dict)
 
     @staticmethod
     def available() -> bool:
         return (PROC / "self" / "stat").exists()
 
     def start(self) -> None:
-        self._before = {p.pid: p.cpu_s for p in _processes().values()} if self.available() else {}
+        self._before = _processes() if self.available() else {}
 
     def stop(self) -> dict[str, float | None]:
         if not self.available():
             return dict.fromkeys(self.groups)
-        processes = _processes()
+        spent = dict.fromkeys(self.groups, 0.0)
+        for sign, processes in ((-1, self._before), (1, _processes())):
+            for pid, group in self._owners(processes).items():
+                spent[group] += sign * (processes[pid].cpu_s + processes[pid].reaped_s)
+        return dict(spent)
+
+    def _owners(self, processes: Mapping[int, _Process]) -> dict[int, str]:
         roots = {pid: name for name, pids in self.groups.items() for pid in pids}
         owners = _owners(processes, roots)
         if POSTGRES in self.groups and not self.groups[POSTGRES]:
             owners.update({p.pid: POSTGRES for p in processes.values() if p.name == POSTGRES})
-        spent = dict.fromkeys(self.groups, 0.0)
-        for pid, group in owners.items():
-            spent[group] += processes[pid].cpu_s - self._before.get(pid, 0.0)
-        return dict(spent)
+        return owners
 
 
 def per_task_ms(spent: Mapping[str, float | None], tasks: int) -> dict[str, float | None]:
