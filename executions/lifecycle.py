@@ -85,12 +85,13 @@ def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     the batch waits for the database where a start does anything but an
     insert, not once a row. A refused start (a quota, an unknown workflow)
     has written nothing and leaves the transaction usable (executor.start),
-    so it spoils none of the others without a savepoint per start. Each start sees those before it in the batch, as it would
-    had they committed: a quota counts them, an idempotency key repeated in
-    the batch gives the same execution. Should a start ever be refused
-    after writing (the start path makes no such refusal), the transaction
-    is marked for rollback and the refusal fails the whole batch: nothing
-    of it is stored."""
+    so it spoils none of the others without a savepoint per start. Each
+    start sees those before it in the batch, as it would had they
+    committed: a quota counts them, an idempotency key repeated in the
+    batch gives the same execution. Should a start ever be refused after
+    writing (the start path makes no such refusal), the transaction is
+    marked for rollback and the refusal fails the whole batch: nothing of
+    it is stored."""
     answers = []
     with transactions.outermost(), sql.pipelined():
         for start in starts:

@@ -14,12 +14,17 @@ from tools.bench_cpu import CpuMeter, per_task_ms
 
 pytestmark = pytest.mark.skipif(not CpuMeter.available(), reason="CPU time comes from /proc (Linux)")
 
-# A grandchild that spends 0.3 s of CPU, says so, and lives on until its input closes.
-BURN = textwrap.dedent("""
+# Code a child runs: burn(seconds) spends that much CPU.
+BURNS = textwrap.dedent("""
     import sys, time
-    began = time.process_time()
-    while time.process_time() - began < 0.3:
-        pass
+    def burn(seconds):
+        began = time.process_time()
+        while time.process_time() - began < seconds:
+            pass
+""")
+# A grandchild that spends 0.3 s of CPU, says so, and lives on until its input closes.
+BURN = BURNS + textwrap.dedent("""
+    burn(0.3)
     print("burnt", flush=True)
     sys.stdin.read()
 """)
@@ -43,12 +48,7 @@ def test_a_process_trees_cpu_counts_to_the_group_of_its_nearest_root():
 
 # A child that spends 0.3 s of CPU, then (once told) 0.2 s more and ends;
 # its parent waits for it, says so, and lives on until its input closes.
-ENDING_CHILD = textwrap.dedent("""
-    import sys, time
-    def burn(seconds):
-        began = time.process_time()
-        while time.process_time() - began < seconds:
-            pass
+ENDING_CHILD = BURNS + textwrap.dedent("""
     burn(0.3)
     print("burnt", flush=True)
     sys.stdin.readline()

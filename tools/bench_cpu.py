@@ -103,11 +103,12 @@ class CpuMeter:
             return dict.fromkeys(self.groups)
         spent = dict.fromkeys(self.groups, 0.0)
         for sign, processes in ((-1, self._before), (1, _processes())):
-            for pid, group in self._owners(processes).items():
+            for pid, group in self._group_of(processes).items():
                 spent[group] += sign * (processes[pid].cpu_s + processes[pid].reaped_s)
-        return dict(spent)
+        return dict(spent)  # as dict[str, float | None]
 
-    def _owners(self, processes: Mapping[int, _Process]) -> dict[int, str]:
+    def _group_of(self, processes: Mapping[int, _Process]) -> dict[int, str]:
+        """Each process of ``processes`` in a group → that group."""
         roots = {pid: name for name, pids in self.groups.items() for pid in pids}
         owners = _owners(processes, roots)
         if POSTGRES in self.groups and not self.groups[POSTGRES]:
