@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
@@ -397,6 +397,20 @@ def _work(url: str, key: str, *, leases: int, refused: int) -> None:
         client.post(f"tasks/{task['taskId']}/result", json=body).raise_for_status()
     for _ in range(refused):
         assert client.post("executions", json={"name": "mx_wf_full"}).status_code == 429
+
+
+@pytest.mark.django_db
+def test_a_stacks_processes_count_in_their_own_databases_directory(tmp_path):
+    """Not in the directory this process chose for its own database (the
+    settings export it): a benchmark's servers on a database of their own
+    had written into the one a `make run` on this database serves."""
+    mine = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    show = ["shell", "-c", "import os; print(os.environ['PROMETHEUS_MULTIPROC_DIR'])"]
+    theirs = Stack(live_database_url()).manage(*show).splitlines()[-1]
+    assert theirs != mine
+    assert os.path.basename(theirs).startswith(os.path.basename(connection.settings_dict["NAME"]) + "-")
+    named = Stack(live_database_url(), env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert named.manage(*show).splitlines()[-1] == str(tmp_path)
 
 
 @pytest.mark.slow

@@ -87,8 +87,12 @@ class Stack:
     def __init__(self, database_url: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # Not the metrics directory this process's settings chose for its
+        # own database: each process of the stack chooses its stack's
+        # (nodeflow/settings.py), unless ``env`` names one.
+        inherited = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
         self.env = {
-            **os.environ,
+            **inherited,
             "DATABASE_URL": database_url,
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
