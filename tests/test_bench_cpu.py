@@ -83,6 +83,38 @@ def test_a_process_that_ends_counts_through_the_parent_that_waited_for_it():
     assert spent["tree"] is not None and 0.18 <= spent["tree"] < 0.3
 
 
+# A child that spends the CPU its argument says, says so, and lives on until its input closes.
+SPENDER = BURNS + textwrap.dedent("""
+    burn(float(sys.argv[1]))
+    print("burnt", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_the_busiest_share_is_what_the_groups_busiest_process_spent():
+    """How the benchmark sees where the server's kept-alive connections
+    landed: one worker process busy and the others idle, or the work spread."""
+    meter = CpuMeter({"server": [os.getpid()]})
+    meter.start()
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", SPENDER, seconds], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for seconds in ("0.45", "0.15")
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == "burnt\n"
+        meter.stop()
+    finally:
+        for child in children:
+            child.communicate(timeout=30)
+    # The busier child's 0.45 s (and its start-up) of the group's 0.6 s and more.
+    share = meter.busiest_share("server")
+    assert share is not None and 0.5 < share < 0.8
+    assert meter.busiest_share("nobody") is None
+
+
 def test_cpu_per_task_is_in_milliseconds_with_a_total():
     assert per_task_ms({"server": 2.0, "worker": 0.5, "roles": None}, 1000) == {
         "server": 2.0,

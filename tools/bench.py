@@ -373,6 +373,9 @@ class Bench:
         e2e = run.a_end_to_end(workloads.N_TASKS)
         cpu, took = per_task_ms(meter.stop(), workloads.N_TASKS), time.perf_counter() - started
         e2e["cpuMsPerTask"] = cpu
+        # Where the kept-alive connections landed: near 1 when one of the
+        # server's processes took the client's starts and the worker's polls.
+        e2e["serverBusiestProcessShare"] = meter.busiest_share("server")
         if cpu["total"] is not None:
             e2e["coresBusy"] = round(cpu["total"] * workloads.N_TASKS / 1000 / took, 2)
         self.workers.stop()

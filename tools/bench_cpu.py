@@ -90,6 +90,8 @@ class CpuMeter:
 
     groups: dict[str, list[int]]
     _before: dict[int, _Process] = field(default_factory=dict)
+    # pid → (its group, the CPU seconds it spent between start and stop)
+    _spent: dict[int, tuple[str, float]] = field(default_factory=dict)
 
     @staticmethod
     def available() -> bool:
@@ -101,11 +103,26 @@ class CpuMeter:
     def stop(self) -> dict[str, float | None]:
         if not self.available():
             return dict.fromkeys(self.groups)
-        spent = dict.fromkeys(self.groups, 0.0)
+        by_pid: dict[int, tuple[str, float]] = {}
         for sign, processes in ((-1, self._before), (1, _processes())):
             for pid, group in self._group_of(processes).items():
-                spent[group] += sign * (processes[pid].cpu_s + processes[pid].reaped_s)
-        return dict(spent)  # as dict[str, float | None]
+                _, had = by_pid.get(pid, (group, 0.0))
+                by_pid[pid] = (group, had + sign * (processes[pid].cpu_s + processes[pid].reaped_s))
+        self._spent = by_pid
+        spent: dict[str, float | None] = dict.fromkeys(self.groups, 0.0)
+        for group, seconds in by_pid.values():
+            spent[group] = (spent[group] or 0.0) + seconds
+        return spent
+
+    def busiest_share(self, group: str) -> float | None:
+        """After ``stop()``: the share of ``group``'s CPU that its busiest
+        process spent (1.0 when one process did all of it). For the API
+        server's workers it says where the kept-alive connections landed:
+        near 1 when the client's starts and the worker's polls all went to
+        one of them."""
+        spent = [seconds for owner, seconds in self._spent.values() if owner == group]
+        total = sum(spent)
+        return round(min(1.0, max(spent) / total), 2) if spent and total > 0 else None
 
     def _group_of(self, processes: Mapping[int, _Process]) -> dict[int, str]:
         """Each process of ``processes`` in a group → that group."""

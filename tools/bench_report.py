@@ -43,6 +43,7 @@ ROW_ORDER = [
     ("commits", "idle_per_s"),
     *(("cpu_ms_per_task_A_e2e", group) for group in CPU_GROUPS),
     ("cpu_ms_per_task_A_e2e", "cores_busy"),
+    ("cpu_ms_per_task_A_e2e", "server_busiest_process_share"),
     ("starts", "one_at_a_time_4_threads_per_s"),
     ("starts", "bulk_route_per_s"),
     ("batched_drain", "tasks_per_s"),
@@ -92,6 +93,8 @@ def nodeflow_rows(figures: dict) -> list[dict]:
         cpu = e2e.get("cpuMsPerTask", {})
         rows += [_row(system, "cpu_ms_per_task_A_e2e", group, cpu.get(group), "ms/task") for group in CPU_GROUPS]
         rows.append(_row(system, "cpu_ms_per_task_A_e2e", "cores_busy", e2e.get("coresBusy"), "cores"))
+        share = e2e.get("serverBusiestProcessShare")
+        rows.append(_row(system, "cpu_ms_per_task_A_e2e", "server_busiest_process_share", share, "share"))
     for fork in figures.get("fork", []):
         rows.append(_row(PRODUCTION, "fork_dynamic", f"ms_per_item_{fork['items']}", fork["msPerItem"], "ms/item"))
     rows += [
