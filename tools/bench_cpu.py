@@ -109,17 +109,18 @@ class CpuMeter:
                 _, had = by_pid.get(pid, (group, 0.0))
                 by_pid[pid] = (group, had + sign * (processes[pid].cpu_s + processes[pid].reaped_s))
         self._spent = by_pid
-        spent: dict[str, float | None] = dict.fromkeys(self.groups, 0.0)
+        spent = dict.fromkeys(self.groups, 0.0)
         for group, seconds in by_pid.values():
-            spent[group] = (spent[group] or 0.0) + seconds
-        return spent
+            spent[group] += seconds
+        return dict(spent)  # as dict[str, float | None]
 
     def busiest_share(self, group: str) -> float | None:
         """After ``stop()``: the share of ``group``'s CPU that its busiest
         process spent (1.0 when one process did all of it). For the API
         server's workers it says where the kept-alive connections landed:
         near 1 when the client's starts and the worker's polls all went to
-        one of them."""
+        one of them. A process that ended meanwhile counts in the parent
+        that waited for it, as in ``stop``."""
         spent = [seconds for owner, seconds in self._spent.values() if owner == group]
         total = sum(spent)
         return round(min(1.0, max(spent) / total), 2) if spent and total > 0 else None
