@@ -257,8 +257,9 @@ def test_every_workload_runs_at_a_tiny_size(tmp_path):
         cpu = found["aEndToEnd"]["cpuMsPerTask"]  # where A's CPU went: every group spent some
         assert cpu["server"] > 0 and cpu["worker"] > 0 and cpu["client"] > 0 and cpu["postgres"] > 0
         assert ("roles" in cpu) == (shape == "production")
-        share = found["aEndToEnd"]["serverBusiestProcessShare"]  # make run's one process does it all
-        assert 1 / 3 <= share <= 1 if shape == "production" else share == 1.0
+        # make run's one process does it all; granian's master and three workers: at least a quarter.
+        share = found["aEndToEnd"]["serverBusiestProcessShare"]
+        assert 0.25 <= share <= 1 if shape == "production" else share == 1.0
         assert found["aDrain"]["drainTasksPerSecond"] > 0
         assert found["b"]["runs"] == 2 and found["b"]["p50Ms"] > 0
         assert found["dispatch"]["runs"] == 2

@@ -39,7 +39,7 @@ import pytest
 
 from executions.models import Task
 from nodeflow.keys import create_api_key
-from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
+from tests.procs.stack import PYTHON, ROOT, free_port, inherited_env, live_database_url
 
 # conductor-python's top-level package is ``conductor`` (Node Flow's app is
 # ``conductor_api``, so nothing shadows it); its workers run in a process of
@@ -93,7 +93,7 @@ def _key_pair(role: str) -> dict[str, str]:
 
 @pytest.fixture
 def conductor_run(server) -> dict:
-    env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
+    env = inherited_env()
     env.update(NF_API_URL=server, NF_DEADLINE_S=str(WORKERS_DEADLINE_S))
     for role, name in (("worker", "WORKER"), ("developer", "CLIENT")):
         pair = _key_pair(role)

@@ -23,6 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 
+def inherited_env() -> dict[str, str]:
+    """This process's environment for a process it starts on another
+    database, less the metrics directory this process's settings chose for
+    its own (and exported): the started process chooses its database's
+    (nodeflow/settings.py) unless its caller names one."""
+    return {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
+
+
 def live_database_url() -> str:
     """The URL of the database this process's connection uses (in a test,
     the test database), for the processes it starts."""
@@ -87,12 +95,8 @@ class Stack:
     def __init__(self, database_url: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        # Not the metrics directory this process's settings chose for its
-        # own database: each process of the stack chooses its stack's
-        # (nodeflow/settings.py), unless ``env`` names one.
-        inherited = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
         self.env = {
-            **inherited,
+            **inherited_env(),
             "DATABASE_URL": database_url,
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",

@@ -5,9 +5,9 @@ name), plus the suite's worker processes (``tests/procs/worker.py``)."""
 from __future__ import annotations
 
 from tools import stack
-from tools.stack import PYTHON, ROOT, free_port, live_database_url
+from tools.stack import PYTHON, ROOT, free_port, inherited_env, live_database_url
 
-__all__ = ["PYTHON", "ROOT", "Stack", "free_port", "live_database_url"]
+__all__ = ["PYTHON", "ROOT", "Stack", "free_port", "inherited_env", "live_database_url"]
 
 
 class Stack(stack.Stack):
