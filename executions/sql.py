@@ -95,7 +95,7 @@ def pipelined() -> Iterator[None]:
     conflict (a keyed start), the savepoint's release, which Django then
     rolls back, so the conflict is the savepoint's. Nothing on SQLite. For
     a batch only: on a single start the pipeline's bookkeeping cost more CPU
-    than the round trips it saved (docs/engine.md)."""
+    than the round trips it saved (docs/performance.md)."""
     db = _db()
     if db.vendor != "postgresql":
         yield

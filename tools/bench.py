@@ -27,7 +27,7 @@ targets' ratios (``tools/bench_report.py``).
 The throughput phases are driven as separate workers would drive them (a
 connection each, the server without keep-alive so it spreads them
 over its processes), on analyzed tables, and timed to the last result; see
-``drain_batched`` and docs/engine.md. Commit counts are read with the
+``drain_batched`` and docs/performance.md. Commit counts are read with the
 server stopped, so every backend has flushed its statistics. The machine
 may be shared, so the batched run's baseline is taken right before its
 drain (and again at the start), and each phase notes the load average it
