@@ -41,6 +41,7 @@ def full_view(execution: Execution) -> dict:
 
 class ExecutionListView(NamespacedView):
     scopes = {"GET": Scope.EXECUTIONS_READ, "POST": Scope.EXECUTIONS_WRITE}
+    plain_json_methods = frozenset({"POST"})  # a start
 
     @extend_schema(
         operation_id="list_executions",

@@ -34,6 +34,7 @@ BATCH_ANSWER = schema_shapes.BatchResultAnswersSerializer
 class WorkerView(NamespacedView):
     # Workers speak JSON: no browsable-API renderer to build.
     renderer_classes = [JSONRenderer]
+    plain_json_methods = frozenset({"POST"})
 
 
 def _task_uuid(task_id: str) -> uuid.UUID:

@@ -18,6 +18,7 @@ from nodeflow.keys import resolve_api_key
 from nodeflow.models import Role
 
 API_KEY_HEADER = "x-api-key"
+_API_KEY_META = "HTTP_X_API_KEY"  # the header as WSGI names it: read from META, without building request.headers
 
 
 class Scope(StrEnum):
@@ -88,7 +89,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     cannot exist (not the shape every key has) costs no database query."""
 
     def authenticate(self, request):
-        raw = request.headers.get(API_KEY_HEADER)
+        raw = request.META.get(_API_KEY_META)
         if raw is None:
             return None
         client = client_address(request)

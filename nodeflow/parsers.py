@@ -12,6 +12,8 @@ stored as JSON (a few hundred bytes can expand to gigabytes).
 import yaml
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+from rest_framework.parsers import get_encoding
+from rest_framework.utils import json
 
 from executions.json_values import is_storable, non_finite_at
 from nodeflow.errors import InvalidField
@@ -34,7 +36,17 @@ def _checked(value):
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        return _checked(super().parse(stream, media_type, parser_context))
+        return self.parse_bytes(stream.read(), get_encoding(parser_context or {}))
+
+    def parse_bytes(self, body: bytes, encoding: str = "utf-8"):
+        """``parse`` of a body already in hand (nodeflow.plain_json). As DRF's
+        own JSON parser reads one (decoded whole, strict about NaN and
+        Infinity), then checked."""
+        try:
+            value = json.loads(body.decode(encoding), parse_constant=json.strict_constant if self.strict else None)
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+        return _checked(value)
 
 
 class _NoAliasLoader(yaml.SafeLoader):

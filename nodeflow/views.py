@@ -10,6 +10,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from nodeflow import plain_json
 from nodeflow.errors import InvalidField, NotFound, PayloadTooLarge
 from nodeflow.keys import find_namespace
 from nodeflow.models import Namespace
@@ -22,11 +23,17 @@ class NamespacedView(APIView):
     for another namespace learns nothing about this one."""
 
     scopes: dict = {}
+    # Methods whose plainly JSON requests skip DRF's request machinery (nodeflow.plain_json).
+    plain_json_methods: frozenset[str] = frozenset()
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.method in self.plain_json_methods and plain_json.is_plain(request, self, kwargs):
+            return plain_json.dispatch(self, request, args, kwargs, _checks)
+        return super().dispatch(request, *args, **kwargs)
 
     def initial(self, request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)
-        _refuse_large_body(request)
-        _refuse_nul_in_path(kwargs)
+        _checks(request, kwargs)
 
     def query(self, serializer_class) -> dict:
         """The request's query parameters, validated by ``serializer_class``
@@ -46,6 +53,12 @@ class NamespacedView(APIView):
 
 # URL parameter → the field name errors use.
 PATH_FIELDS = {"ns": "namespace", "task_type": "taskType", "execution_id": "executionId", "task_id": "taskId"}
+
+
+def _checks(request, kwargs: dict) -> None:
+    """What every namespaced request is checked for once DRF's checks passed."""
+    _refuse_large_body(request)
+    _refuse_nul_in_path(kwargs)
 
 
 def _refuse_nul_in_path(kwargs: dict) -> None:
