@@ -120,7 +120,8 @@ class PlainRequest:
     def _set(self, authenticator, user, auth) -> None:
         # UNAUTHENTICATED_USER and _TOKEN are None (settings.REST_FRAMEWORK).
         self._authenticator, self._user, self._auth = authenticator, user, auth
-        self._request.user = user  # as DRF's Request sets it: middleware reads it
+        # As DRF's Request sets them: middleware reads the user.
+        self._request.user, self._request.auth = user, auth
 
 
 def dispatch(view: APIView, request: HttpRequest, args: tuple, kwargs: dict, checks) -> HttpResponse:

@@ -31,9 +31,9 @@ def served(monkeypatch) -> list[str]:
     return seen
 
 
-def both(api: Api, served: list[str], path: str, *, raw: str, headers: dict | None = None):
+def both(api: Api, served: list[str], path: str, *, raw: str):
     """The request plainly and through DRF: (plain answer, DRF's answer)."""
-    extra = {"HTTP_X_API_KEY": api.key, **(headers or {})} if api.key else dict(headers or {})
+    extra = {"HTTP_X_API_KEY": api.key} if api.key else {}
     url = api.url(path)
     before = len(served)
     plain = api.client.post(url, data=raw, content_type="application/json", **extra)
