@@ -47,6 +47,9 @@ def is_plain(request: HttpRequest, view: APIView, kwargs: dict) -> bool:
         and api_settings.FORMAT_SUFFIX_KWARG not in kwargs
         and view.versioning_class is None
         and issubclass(view.renderer_classes[0], JSONRenderer)
+        # DRF's test client's forced authentication replaces the authenticators.
+        and getattr(request, "_force_auth_user", None) is None
+        and getattr(request, "_force_auth_token", None) is None
     )
 
 

@@ -9,8 +9,11 @@ import json
 import uuid
 
 import pytest
+from rest_framework.test import APIClient
 
 from nodeflow import clock, plain_json
+from nodeflow.auth import Principal
+from nodeflow.models import Role
 from tests.conftest import Api
 from tests.engine_helpers import poll_one, register, simple, start
 
@@ -170,3 +173,12 @@ def test_only_the_listed_methods_go_the_plain_way(flow, served):
     start(flow, "flow")
     assert flow.get("executions").status_code == 200
     assert served == [flow.url("executions")]  # the start, not the listing
+
+
+def test_a_forced_authentication_goes_through_drf(flow, served):
+    """DRF's test client can force a user; only DRF's Request honours it."""
+    client = APIClient()
+    client.force_authenticate(user=Principal(role=Role.ADMIN, namespace="default", label="forced"))
+    response = client.post(flow.url("executions"), data='{"name": "flow"}', content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert served == []
