@@ -1,9 +1,9 @@
 """Plain JSON requests, dispatched without DRF's request machinery.
 
 A worker's poll, heartbeat and result, and a start, are small JSON POSTs
-sent thousands of times a second. DRF's dispatch of one (its ``Request``,
-the parser it picks and the stream it decodes, the content negotiation and
-the rest of ``initial``) was about a twentieth of such a request's CPU. A
+sent thousands of times a second. DRF's dispatch of one (the parser its
+``Request`` picks and reads with, the content negotiation and the rest of
+``initial``) was about a twentieth of such a request's CPU. A
 view lists the methods it serves this way
 (``NamespacedView.plain_json_methods``); a request to one of them that is
 plainly JSON (``is_plain``: a JSON body, an Accept that takes JSON, no
@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-from rest_framework import exceptions
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.utils.datastructures import MultiValueDict
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
@@ -47,84 +48,29 @@ def is_plain(request: HttpRequest, view: APIView, kwargs: dict) -> bool:
         and api_settings.FORMAT_SUFFIX_KWARG not in kwargs
         and view.versioning_class is None
         and issubclass(view.renderer_classes[0], JSONRenderer)
-        # DRF's test client's forced authentication replaces the authenticators.
-        and getattr(request, "_force_auth_user", None) is None
-        and getattr(request, "_force_auth_token", None) is None
     )
 
 
-class PlainRequest:
-    """What a view and DRF's checks use of a ``rest_framework.request.Request``,
-    for a plainly JSON request: its body parsed by the JSON parser every
-    route has (``nodeflow.parsers``), its user authenticated as DRF does
-    (the view's authenticators in turn, the first answer wins, a refusal
-    leaves it unauthenticated). Anything else is the Django request's."""
+class PlainRequest(Request):
+    """DRF's ``Request`` (its authentication, forced authentication
+    included, and its proxying of the Django request), reading a body it
+    knows to be JSON with the one JSON parser at once: no parser to select,
+    no stream to decode. As DRF reads a JSON body: from ``request.body``,
+    none at all an empty dict, and a refused one leaving empty data behind."""
 
-    def __init__(self, request: HttpRequest, authenticators: list) -> None:
-        self._request = request
-        self.authenticators = authenticators
-        self.method = request.method
-        self.content_type = request.META.get("CONTENT_TYPE", "")
-        self.accepted_renderer: JSONRenderer | None = None
-        self.accepted_media_type = JSON
-        self.version = self.versioning_scheme = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._request, name)
-
-    @property
-    def query_params(self):
-        return self._request.GET
-
-    @property
-    def data(self) -> Any:
-        if "_data" not in self.__dict__:
-            self._data = self._parsed()
-        return self._data
-
-    def _parsed(self) -> Any:
-        """The body as DRF's Request reads it: none at all is an empty
-        dict; one already read is parsed from what was read."""
+    def _parse(self) -> tuple[Any, MultiValueDict]:
         request = self._request
-        if not content_length(request.META):
-            return {}
-        return _PARSER.parse_bytes(request.body if request._read_started else request.read())
-
-    @property
-    def user(self):
-        if "_user" not in self.__dict__:
-            self._authenticate()
-        return self._user
-
-    @property
-    def auth(self):
-        if "_user" not in self.__dict__:
-            self._authenticate()
-        return self._auth
-
-    @property
-    def successful_authenticator(self):
-        if "_user" not in self.__dict__:
-            self._authenticate()
-        return self._authenticator
-
-    def _authenticate(self) -> None:
-        for authenticator in self.authenticators:
-            try:
-                found = authenticator.authenticate(self)
-            except exceptions.APIException:
-                self._set(None, None, None)
-                raise
-            if found is not None:
-                self._set(authenticator, *found)
-                return
-        self._set(None, None, None)
-
-    def _set(self, authenticator, user, auth) -> None:
-        # UNAUTHENTICATED_USER and _TOKEN are None (settings.REST_FRAMEWORK).
-        self._authenticator, self._user, self._auth = authenticator, user, auth
-        # As DRF's Request sets them: middleware reads the user.
-        self._request.user, self._request.auth = user, auth
+        try:
+            data = (
+                _PARSER.parse_bytes(request.body, self.parser_context["encoding"])
+                if content_length(request.META)
+                else {}
+            )
+        except Exception:
+            self._data = self._full_data = QueryDict("", encoding=request._encoding)
+            self._files = MultiValueDict()
+            raise
+        return data, MultiValueDict()
 
 
 def dispatch(view: APIView, request: HttpRequest, args: tuple, kwargs: dict, checks) -> HttpResponse:
@@ -132,11 +78,19 @@ def dispatch(view: APIView, request: HttpRequest, args: tuple, kwargs: dict, che
     ``checks(request, kwargs)``: the view's own, run after DRF's (as its
     ``initial`` runs them)."""
     view.args, view.kwargs = args, kwargs
-    plain = PlainRequest(request, view.get_authenticators())
+    plain = PlainRequest(
+        request,
+        parsers=[_PARSER],
+        authenticators=view.get_authenticators(),
+        negotiator=view.get_content_negotiator(),
+        parser_context=view.get_parser_context(request),
+    )
     view.request = plain  # what the handler and the exception handler read
     view.headers = view.default_response_headers
     view.format_kwarg = None
-    plain.accepted_renderer = view.get_renderers()[0]
+    # What DRF's ``initial`` settles first: JSON (``is_plain``), no versioning.
+    plain.accepted_renderer, plain.accepted_media_type = view.get_renderers()[0], JSON
+    plain.version, plain.versioning_scheme = None, None
     try:
         view.perform_authentication(plain)
         view.check_permissions(plain)
