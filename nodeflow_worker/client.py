@@ -9,9 +9,10 @@ caller's choice; ``nodeflow_worker.Worker`` retries what is transient.
 from __future__ import annotations
 
 import datetime as dt
-import functools
+import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -20,6 +21,7 @@ from nodeflow_worker.transport import KeptAliveTransport
 # The server's limits on a result (executions/serializers.py).
 MAX_REASON_CHARS = 10_000
 MAX_LOG_ENTRIES = 100
+USER_AGENT = b"nodeflow-worker"
 
 
 class StaleLease(Exception):
@@ -90,6 +92,12 @@ class Client:
     """Connections to one server, for one namespace and API key. Safe to
     share between threads.
 
+    Its own calls (polls, heartbeats, results, starts) are sent by the
+    SDK's transport directly, without httpx's client: on a kept-alive
+    connection a request is then mostly the server's time, and a worker's
+    sequential steps wait for each one (docs/worker-sdk.md). ``http`` is an
+    httpx client on the same connections, for any other route.
+
     Long polls have a pool of their own (``polls``), so a poller goes on
     using the connection it polled on, and so the same server process,
     instead of whichever connection results and heartbeats left idle: on
@@ -99,32 +107,82 @@ class Client:
     def __init__(self, base_url: str, api_key: str, namespace: str = "default", *, timeout_s: float = 40.0) -> None:
         self.namespace = namespace
         self.base_url = base_url.rstrip("/")
-        self.http = _pool(base_url, api_key, timeout_s)
-        self.polls = _pool(base_url, api_key, timeout_s)
+        self.timeout_s = timeout_s
+        transport = KeptAliveTransport()
+        self.http = httpx.Client(
+            base_url=self.base_url, headers={"x-api-key": api_key}, timeout=timeout_s, transport=transport
+        )
+        self.polls = KeptAliveTransport()
+        self._transport = transport
+        base = httpx.URL(f"{self.base_url}/v1/ns/{namespace}/")
+        if base.scheme not in ("http", "https"):
+            raise ValueError(f"the server's URL must be http or https, not {base_url!r}")
+        self._origin = (base.scheme, base.host, base.port or (443 if base.scheme == "https" else 80))
+        self._prefix = base.raw_path.decode("ascii")
+        self._headers = [
+            (b"Host", base.netloc),
+            (b"Accept", b"application/json"),
+            (b"User-Agent", USER_AGENT),
+            (b"x-api-key", api_key.encode("ascii")),
+            (b"Content-Type", b"application/json"),
+        ]
 
-    def _url(self, path: str) -> httpx.URL:
-        return absolute_url(f"{self.base_url}/v1/ns/{self.namespace}/{path}")
+    def _send(self, path: str, body: Any, *, transport: KeptAliveTransport | None = None) -> Any:
+        """POST ``body`` as JSON to the namespace's ``path``; the answer's
+        JSON. An answer other than 2xx raises httpx's ``HTTPStatusError``
+        and a failure to exchange httpx's transport errors, as httpx's
+        client would."""
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        target = self._prefix + quote(path, safe="/")
+        try:
+            answer = (transport or self._transport).exchange(
+                self._origin,
+                "POST",
+                target,
+                [*self._headers, (b"Content-Length", str(len(data)).encode("ascii"))],
+                data,
+                connect_s=self.timeout_s,
+                read_s=self.timeout_s,
+            )
+        except httpx.RequestError as exc:
+            exc.request = self._request(target, data)
+            raise
+        if not 200 <= answer.status < 300:
+            httpx.Response(
+                answer.status,
+                headers=answer.headers,
+                content=answer.body,
+                request=self._request(target, data),
+                extensions={"reason_phrase": answer.reason.encode("ascii", "replace")},
+            ).raise_for_status()
+        return json.loads(answer.body)
 
-    def _post(self, path: str, body: Any, *, http: httpx.Client | None = None) -> httpx.Response:
-        response = (http or self.http).post(self._url(path), json=body)
-        if response.status_code == 409:
-            answer = _json_or_empty(response)
-            raise StaleLease(answer.get("message", "stale lease"), answer.get("taskStatus"))
-        response.raise_for_status()
-        return response
+    def _request(self, target: str, data: bytes) -> httpx.Request:
+        """The request ``_send`` made, as httpx's errors carry it."""
+        scheme, host, port = self._origin
+        url = httpx.URL(scheme=scheme, host=host, port=port, raw_path=target.encode("ascii"))
+        return httpx.Request("POST", url, headers=[h for h in self._headers if h[0] != b"Host"], content=data)
+
+    def _post(self, path: str, body: Any, *, transport: KeptAliveTransport | None = None) -> Any:
+        """``_send`` to a worker route, where 409 means the lease is gone."""
+        try:
+            return self._send(path, body, transport=transport)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code != 409:
+                raise
+            answer = _json_or_empty(exc.response)
+            raise StaleLease(answer.get("message", "stale lease"), answer.get("taskStatus")) from None
 
     def poll(self, task_type: str, *, worker_id: str = "", count: int = 1, wait_s: float = 0) -> list[LeasedTask]:
         body: dict[str, Any] = {"count": count, "waitSeconds": wait_s}
         if worker_id:  # the server refuses an empty id; without one the poll names no worker
             body["workerId"] = worker_id
-        answer = self._post(f"tasks/poll/{task_type}", body, http=self.polls)
-        return [LeasedTask.from_json(item) for item in answer.json()]
+        answer = self._post(f"tasks/poll/{task_type}", body, transport=self.polls)
+        return [LeasedTask.from_json(item) for item in answer]
 
     def heartbeat(self, task: LeasedTask, progress: Any = None) -> dict:
         """Extend the lease; the answer carries the new ``leaseExpiresAt``."""
-        return self._post(
-            f"tasks/{task.task_id}/heartbeat", {"leaseToken": task.lease_token, "progress": progress}
-        ).json()
+        return self._post(f"tasks/{task.task_id}/heartbeat", {"leaseToken": task.lease_token, "progress": progress})
 
     def complete(self, task: LeasedTask, output: dict | None = None) -> dict:
         return self.result(task, "COMPLETED", output=output)
@@ -150,7 +208,7 @@ class Client:
         body = result_body(task, status, output=output, reason=reason, logs=logs, callback_after_s=callback_after_s)
         if next is not None:
             body["next"] = next
-        return self._post(f"tasks/{task.task_id}/result", body).json()
+        return self._post(f"tasks/{task.task_id}/result", body)
 
     def results(self, items: list[tuple[LeasedTask, str, dict]]) -> list[dict]:
         """Report many at once: [(task, status, output)] → one answer each."""
@@ -160,43 +218,25 @@ class Client:
 
     def post_results(self, bodies: list[dict]) -> list[dict]:
         """The batch route with ready-made bodies (``result_body`` plus ``taskId``), up to 100."""
-        return self._post("tasks/results", {"results": bodies}).json()["results"]
+        return self._post("tasks/results", {"results": bodies})["results"]
 
     def post_results_and_lease(self, bodies: list[dict], next: dict) -> tuple[list[dict], list[LeasedTask]]:
         """``post_results``, leasing the next tasks in the same request (eager dispatch)."""
-        answer = self._post("tasks/results", {"results": bodies, "next": next}).json()
+        answer = self._post("tasks/results", {"results": bodies, "next": next})
         return answer["results"], [LeasedTask.from_json(item) for item in answer.get("next", [])]
 
     # Conveniences for scripts and tests.
     def start(self, name: str, input: dict | None = None, **fields: Any) -> dict:
-        response = self.http.post(self._url("executions"), json={"name": name, "input": input or {}, **fields})
-        response.raise_for_status()
-        return response.json()
+        return self._send("executions", {"name": name, "input": input or {}, **fields})
 
     def execution(self, execution_id: str) -> dict:
-        response = self.http.get(self._url(f"executions/{execution_id}"))
+        response = self.http.get(f"/v1/ns/{quote(self.namespace, safe='')}/executions/{quote(execution_id, safe='')}")
         response.raise_for_status()
         return response.json()
 
     def close(self) -> None:
         self.http.close()
         self.polls.close()
-
-
-@functools.lru_cache(maxsize=1024)
-def absolute_url(url: str) -> httpx.URL:
-    """``url`` parsed once. httpx parses a relative URL twice on every
-    request (itself, then joined to the client's base): about a quarter of
-    its CPU per request, and a worker asks the same few URLs again and
-    again (its polls, its results), so they are parsed once and kept; a
-    URL naming a task (a heartbeat) only pushes out the oldest."""
-    return httpx.URL(url)
-
-
-def _pool(base_url: str, api_key: str, timeout_s: float) -> httpx.Client:
-    return httpx.Client(
-        base_url=base_url.rstrip("/"), headers={"x-api-key": api_key}, timeout=timeout_s, transport=KeptAliveTransport()
-    )
 
 
 def _json_or_empty(response: httpx.Response) -> dict:

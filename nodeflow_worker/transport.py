@@ -7,7 +7,10 @@ machine's cores with the server, and a sequential flow waits for each of its
 requests, so that CPU is latency. This transport keeps httpx's interface
 (``Client``, ``Response``, its errors and timeouts) and sends each request
 with ``http.client``: the request line, headers and body in one write (no
-Nagle / delayed-ACK stall), the answer read whole.
+Nagle / delayed-ACK stall), the answer read whole. ``exchange`` is that one
+request; ``handle_request`` is httpx's way in, and the SDK's ``Client``
+calls ``exchange`` itself for its own calls (httpx's client around it cost
+as much again: nodeflow_worker/client.py).
 
 Connections are kept alive and reused most recently used first; one that
 the server has closed while it was idle (its socket reads as ready) is
@@ -25,10 +28,22 @@ import select
 import socket
 import ssl
 import threading
+from typing import NamedTuple
 
 import httpx
 
 MAX_IDLE = 64  # kept-alive connections a pool keeps at most
+
+Origin = tuple[str, str, int]  # scheme, host, port
+
+
+class Answer(NamedTuple):
+    """An HTTP answer, read whole."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
 
 
 class _OneWrite:
@@ -84,11 +99,11 @@ class KeptAliveTransport(httpx.BaseTransport):
         # an https URL is trusted as it was with httpx's transport.
         self._tls = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
         self._lock = threading.Lock()
-        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._idle: dict[Origin, list[http.client.HTTPConnection]] = {}
         self._closed = False
 
     # --- the pool --------------------------------------------------------------
-    def _take(self, origin: tuple[str, str, int], timeout: float | None) -> http.client.HTTPConnection:
+    def _take(self, origin: Origin, timeout: float | None) -> http.client.HTTPConnection:
         while True:
             with self._lock:
                 idle = self._idle.get(origin)
@@ -102,7 +117,7 @@ class KeptAliveTransport(httpx.BaseTransport):
                 return connection
             connection.close()
 
-    def _give_back(self, origin: tuple[str, str, int], connection: http.client.HTTPConnection) -> None:
+    def _give_back(self, origin: Origin, connection: http.client.HTTPConnection) -> None:
         with self._lock:
             idle = self._idle.setdefault(origin, [])
             if not self._closed and len(idle) < MAX_IDLE:
@@ -119,60 +134,75 @@ class KeptAliveTransport(httpx.BaseTransport):
             connection.close()
 
     # --- one request -----------------------------------------------------------
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        scheme = url.scheme
-        if scheme not in ("http", "https"):
-            raise httpx.UnsupportedProtocol(f"the URL's scheme must be http or https, not {scheme!r}", request=request)
-        port = url.port or (443 if scheme == "https" else 80)
-        origin = (scheme, url.host, port)
-        timeouts = request.extensions.get("timeout", {})
-        connect_s, read_s = timeouts.get("connect"), timeouts.get("read")
-        body = request.read()
+    def exchange(
+        self,
+        origin: Origin,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        connect_s: float | None,
+        read_s: float | None,
+    ) -> Answer:
+        """One request to ``origin`` (scheme, host, port): ``target`` is the
+        path and query, ``headers`` every header to send (Host included),
+        the answer read whole. Failures are httpx's errors, without a
+        request: ``handle_request``'s caller, httpx's client, attaches it,
+        as does the SDK's ``Client``."""
         connection = self._take(origin, connect_s)
         try:
             if connection.sock is None:
                 try:
                     connection.connect()
                 except TimeoutError as exc:
-                    raise httpx.ConnectTimeout(str(exc) or "timed out connecting", request=request) from exc
+                    raise httpx.ConnectTimeout(str(exc) or "timed out connecting") from exc
                 except OSError as exc:
-                    raise httpx.ConnectError(str(exc), request=request) from exc
+                    raise httpx.ConnectError(str(exc)) from exc
             connection.sock.settimeout(read_s)
-            answer = self._exchange(connection, request, body)
+            connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers:
+                connection.putheader(name, value)
+            connection.endheaders(body or None)
+            answer = connection.getresponse()
             data = answer.read()
         except httpx.TransportError:
             connection.close()
             raise
         except TimeoutError as exc:
             connection.close()
-            raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
+            raise httpx.ReadTimeout(str(exc) or "timed out") from exc
         except (http.client.RemoteDisconnected, BrokenPipeError, http.client.IncompleteRead) as exc:
             connection.close()
-            raise httpx.RemoteProtocolError(f"the server closed the connection: {exc}", request=request) from exc
+            raise httpx.RemoteProtocolError(f"the server closed the connection: {exc}") from exc
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
-            raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
         if answer.will_close:
             connection.close()
         else:
             self._give_back(origin, connection)
+        return Answer(answer.status, answer.reason, answer.getheaders(), data)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """httpx's side: its request sent by ``exchange``, its response built from the answer."""
+        url = request.url
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"the URL's scheme must be http or https, not {scheme!r}", request=request)
+        timeouts = request.extensions.get("timeout", {})
+        answer = self.exchange(
+            (scheme, url.host, url.port or (443 if scheme == "https" else 80)),
+            request.method,
+            url.raw_path.decode("ascii"),
+            request.headers.raw,
+            request.read(),
+            connect_s=timeouts.get("connect"),
+            read_s=timeouts.get("read"),
+        )
         return httpx.Response(
             answer.status,
-            headers=answer.getheaders(),
-            stream=httpx.ByteStream(data),
+            headers=answer.headers,
+            stream=httpx.ByteStream(answer.body),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason.encode("ascii", "replace")},
         )
-
-    @staticmethod
-    def _exchange(
-        connection: http.client.HTTPConnection, request: httpx.Request, body: bytes
-    ) -> http.client.HTTPResponse:
-        """The request line, headers and body in one write; the answer's head read."""
-        connection.putrequest(
-            request.method, request.url.raw_path.decode("ascii"), skip_host=True, skip_accept_encoding=True
-        )
-        for name, value in request.headers.raw:
-            connection.putheader(name, value)
-        connection.endheaders(body or None)
-        return connection.getresponse()
