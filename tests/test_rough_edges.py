@@ -266,27 +266,6 @@ def test_the_admin_lists_short_ids_on_one_line(api, db):
 # --- a poll without a worker id -------------------------------------------------------
 
 
-def test_the_worker_sdk_polls_without_an_empty_worker_id(api):
-    from nodeflow_worker.client import Client as WorkerClient
-
-    sent: list[dict] = []
-
-    class Recording(WorkerClient):
-        def _post(self, path, body, **how):
-            sent.append(body)
-
-            class Answer:
-                def json(self):
-                    return []
-
-            return Answer()
-
-    Recording("http://127.0.0.1:1", "nf_x").poll("work")
-    assert "workerId" not in sent[0]
-    Recording("http://127.0.0.1:1", "nf_x").poll("work", worker_id="w1")
-    assert sent[1]["workerId"] == "w1"
-
-
 # --- the docs a user reads first ----------------------------------------------------------
 
 

@@ -27,8 +27,8 @@ class _Server(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        self.server.seen.append((self.command, self.path, dict(self.headers), body))  # type: ignore[attr-defined]
-        status, answer = self.server.answers.get(self.path, (200, []))  # type: ignore[attr-defined]
+        self.server.seen.append((self.command, self.path, dict(self.headers), body))  # type: ignore[attr-defined]  # set by the fixture
+        status, answer = self.server.answers.get(self.path, (200, []))  # type: ignore[attr-defined]  # set by the fixture
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -94,6 +94,20 @@ def test_it_keeps_the_base_urls_path_and_the_namespace(server):
     assert headers["Host"] == f"127.0.0.1:{server.server_address[1]}"
     assert json.loads(body)["outputData"] == {"é": 1}
     assert json.loads(server.seen[0][3]) == {"count": 2, "waitSeconds": 0, "workerId": "w"}
+
+
+def test_a_poll_without_a_worker_id_sends_none(server):
+    """The server refuses an empty id; a poll without one names no worker."""
+    client = Client(_url(server), "nf_key")
+    try:
+        assert client.poll("work") == []
+        client.poll("work", worker_id="w1")
+    finally:
+        client.close()
+    assert [json.loads(body) for _, _, _, body in server.seen] == [
+        {"count": 1, "waitSeconds": 0},
+        {"count": 1, "waitSeconds": 0, "workerId": "w1"},
+    ]
 
 
 def test_a_409_is_a_stale_lease_with_the_servers_reason(server):
