@@ -158,3 +158,8 @@ def test_a_start_answers_the_servers_json(server):
         assert client.start("flow") == {"id": "e-1", "status": "RUNNING"}
     finally:
         client.close()
+
+
+def test_a_url_that_is_not_http_is_refused_when_the_client_is_made():
+    with pytest.raises(ValueError, match="ftp://example.invalid"):
+        Client("ftp://example.invalid", "nf_key")
