@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nodeflow_worker import Client, LeasedTask
+from nodeflow_worker import Client
+from tests.worker_helpers import leased_task
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -49,19 +50,6 @@ def recorder():
     server.server_close()
 
 
-def _task(n: int) -> LeasedTask:
-    return LeasedTask(
-        task_id=f"t{n}",
-        execution_id="e",
-        task_type="q",
-        input={},
-        attempt=1,
-        idempotency_key="k",
-        lease_token="l",
-        raw={},
-    )
-
-
 def test_it_polls_on_one_connection_while_results_use_others(recorder):
     client = Client(f"http://127.0.0.1:{recorder.server_address[1]}", "nf_key")
     stop = threading.Event()
@@ -70,7 +58,7 @@ def test_it_polls_on_one_connection_while_results_use_others(recorder):
         n = 0
         while not stop.is_set():
             n += 1
-            client.result(_task(n), "COMPLETED")
+            client.result(leased_task(f"t{n}"), "COMPLETED")
             time.sleep(0.001)  # as a worker's reporter: results now and then
 
     reporters = [threading.Thread(target=report) for _ in range(2)]
