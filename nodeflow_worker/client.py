@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from nodeflow_worker.transport import KeptAliveTransport
+from nodeflow_worker.transport import KeptAliveTransport, origin_of
 
 # The server's limits on a result (executions/serializers.py).
 MAX_REASON_CHARS = 10_000
@@ -108,16 +108,14 @@ class Client:
         self.namespace = namespace
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        transport = KeptAliveTransport()
+        self._transport = KeptAliveTransport()
         self.http = httpx.Client(
-            base_url=self.base_url, headers={"x-api-key": api_key}, timeout=timeout_s, transport=transport
+            base_url=self.base_url, headers={"x-api-key": api_key}, timeout=timeout_s, transport=self._transport
         )
         self.polls = KeptAliveTransport()
-        self._transport = transport
         base = httpx.URL(f"{self.base_url}/v1/ns/{namespace}/")
-        if base.scheme not in ("http", "https"):
-            raise ValueError(f"the server's URL must be http or https, not {base_url!r}")
-        self._origin = (base.scheme, base.host, base.port or (443 if base.scheme == "https" else 80))
+        self._origin = origin_of(base)  # refuses a URL that is not http(s) now, not at each call
+        self._base = base
         self._prefix = base.raw_path.decode("ascii")
         self._headers = [
             (b"Host", base.netloc),
@@ -159,8 +157,7 @@ class Client:
 
     def _request(self, target: str, data: bytes) -> httpx.Request:
         """The request ``_send`` made, as httpx's errors carry it."""
-        scheme, host, port = self._origin
-        url = httpx.URL(scheme=scheme, host=host, port=port, raw_path=target.encode("ascii"))
+        url = self._base.copy_with(raw_path=target.encode("ascii"))
         return httpx.Request("POST", url, headers=[h for h in self._headers if h[0] != b"Host"], content=data)
 
     def _post(self, path: str, body: Any, *, transport: KeptAliveTransport | None = None) -> Any:
@@ -230,7 +227,7 @@ class Client:
         return self._send("executions", {"name": name, "input": input or {}, **fields})
 
     def execution(self, execution_id: str) -> dict:
-        response = self.http.get(f"/v1/ns/{quote(self.namespace, safe='')}/executions/{quote(execution_id, safe='')}")
+        response = self.http.get(self._base.join(f"executions/{quote(execution_id, safe='')}"))
         response.raise_for_status()
         return response.json()
 

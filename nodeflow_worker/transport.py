@@ -37,6 +37,13 @@ MAX_IDLE = 64  # kept-alive connections a pool keeps at most
 Origin = tuple[str, str, int]  # scheme, host, port
 
 
+def origin_of(url: httpx.URL) -> Origin:
+    """Where a request to ``url`` goes; ``UnsupportedProtocol`` unless http or https."""
+    if url.scheme not in ("http", "https"):
+        raise httpx.UnsupportedProtocol(f"the URL's scheme must be http or https, not {url.scheme!r}: {url}")
+    return url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80)
+
+
 class Answer(NamedTuple):
     """An HTTP answer, read whole."""
 
@@ -186,15 +193,11 @@ class KeptAliveTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """httpx's side: its request sent by ``exchange``, its response built from the answer."""
-        url = request.url
-        scheme = url.scheme
-        if scheme not in ("http", "https"):
-            raise httpx.UnsupportedProtocol(f"the URL's scheme must be http or https, not {scheme!r}", request=request)
         timeouts = request.extensions.get("timeout", {})
         answer = self.exchange(
-            (scheme, url.host, url.port or (443 if scheme == "https" else 80)),
+            origin_of(request.url),
             request.method,
-            url.raw_path.decode("ascii"),
+            request.url.raw_path.decode("ascii"),
             request.headers.raw,
             request.read(),
             connect_s=timeouts.get("connect"),

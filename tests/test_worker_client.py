@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import re
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
 
 from nodeflow_worker import Client, StaleLease
 from nodeflow_worker.backoff import is_transient
-from tests.worker_helpers import leased_task
+from tests.worker_helpers import leased_task, loopback_server
 
 
 class _Server(BaseHTTPRequestHandler):
@@ -46,14 +45,9 @@ class _Server(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    httpd.seen = []  # type: ignore[attr-defined]  # (method, path, headers, body) of each request
-    httpd.answers = {}  # type: ignore[attr-defined]  # path → (status, JSON answer)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    # seen: (method, path, headers, body) of each request; answers: path → (status, JSON answer)
+    with loopback_server(_Server, seen=[], answers={}) as httpd:
+        yield httpd
 
 
 def _url(server) -> str:
@@ -150,5 +144,5 @@ def test_a_start_answers_the_servers_json(server):
 
 
 def test_a_url_that_is_not_http_is_refused_when_the_client_is_made():
-    with pytest.raises(ValueError, match=re.escape("ftp://example.invalid")):
+    with pytest.raises(httpx.UnsupportedProtocol, match=re.escape("ftp://example.invalid")):
         Client("ftp://example.invalid", "nf_key")

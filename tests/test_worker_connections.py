@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from nodeflow_worker import Client
-from tests.worker_helpers import leased_task
+from tests.worker_helpers import leased_task, loopback_server
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -41,13 +41,8 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def recorder():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.seen = []  # type: ignore[attr-defined]  # (path, client port) of each request
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with loopback_server(_Recorder, seen=[]) as server:  # seen: (path, client port) of each request
+        yield server
 
 
 def test_it_polls_on_one_connection_while_results_use_others(recorder):

@@ -13,13 +13,14 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
 
 from nodeflow_worker.backoff import is_transient
 from nodeflow_worker.transport import KeptAliveTransport
+from tests.worker_helpers import loopback_server
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -43,13 +44,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    server.ports = []  # type: ignore[attr-defined]  # the client port of each request
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with loopback_server(_Echo, ports=[]) as server:  # ports: the client port of each request
+        yield server
 
 
 def _client(url: str, **kwargs) -> httpx.Client:
@@ -230,16 +226,10 @@ def tls_echo(tmp_path):
         check=True,
         capture_output=True,
     )
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    server.ports = []  # type: ignore[attr-defined]  # as in echo
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"https://127.0.0.1:{server.server_port}", cert
-    server.shutdown()
-    server.server_close()
+    with loopback_server(_Echo, tls=context, ports=[]) as server:
+        yield f"https://127.0.0.1:{server.server_port}", cert
 
 
 def test_it_speaks_https_and_checks_the_certificate(tls_echo):

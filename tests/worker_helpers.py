@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
 from nodeflow_worker import LeasedTask
 
 
@@ -17,3 +24,22 @@ def leased_task(task_id: str) -> LeasedTask:
         lease_token="lease",
         raw={},
     )
+
+
+@contextlib.contextmanager
+def loopback_server(
+    handler: type[BaseHTTPRequestHandler], *, tls: ssl.SSLContext | None = None, **attributes: Any
+) -> Iterator[ThreadingHTTPServer]:
+    """A real HTTP server on 127.0.0.1 (a free port) serving ``handler`` in a
+    thread, with ``attributes`` set on it for the handler to record into."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in attributes.items():
+        setattr(server, name, value)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
