@@ -13,7 +13,7 @@ import uuid
 
 from django.db import transaction
 
-from executions import attempts, executor, runs, snapshots, sql
+from executions import attempts, executor, runs, snapshots
 from executions.decider import task_timers
 from executions.decider.snapshot import FAILURE
 from executions.models import ACTIVE_EXECUTION, Execution, ExecutionStatus, Task, TaskStatus
@@ -81,9 +81,9 @@ def start_requested(*, namespace: Namespace, start: dict) -> tuple[Execution, bo
 def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     """Start each of ``starts`` (a start's validated fields) through the one
     start path, in one transaction: one answer each, in order; one commit
-    (one WAL flush) for the batch. Its inserts are pipelined (sql.pipelined):
-    the batch waits for the database where a start does anything but an
-    insert, not once a row. A refused start (a quota, an unknown workflow)
+    (one WAL flush) for the batch. Its rows are held and sent together
+    (sql.insert): the batch waits for the database where a start does
+    anything but an insert, not once a row. A refused start (a quota, an unknown workflow)
     has written nothing and leaves the transaction usable (executor.start),
     so it spoils none of the others without a savepoint per start. Each
     start sees those before it in the batch, as it would had they
@@ -93,7 +93,7 @@ def start_executions(*, namespace: Namespace, starts: list[dict]) -> list[dict]:
     marked for rollback and the refusal fails the whole batch: nothing of
     it is stored."""
     answers = []
-    with transactions.outermost(), sql.pipelined():
+    with transactions.outermost():
         for start in starts:
             try:
                 execution, created = start_requested(namespace=namespace, start=start)

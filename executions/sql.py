@@ -16,19 +16,19 @@ docs/engine.md, "The hot path and what it costs".
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import functools
 import json
 import operator
-import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast, overload
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.base import ModelState
+
+from nodeflow import transactions
 
 # Prepare a statement once a connection has run it this many times (psycopg
 # keeps the 100 most used per connection).
@@ -77,47 +77,6 @@ def cursor():
         return db._prepare_cursor(bound)
 
 
-# A statement a pipeline may leave unanswered: a plain insert, whose caller
-# reads nothing of it (no RETURNING, and no ON CONFLICT whose row count says
-# what went in).
-_UNANSWERED = re.compile(r"\s*INSERT\s+INTO\b(?!.*\b(?:RETURNING|ON\s+CONFLICT)\b)", re.IGNORECASE | re.DOTALL)
-
-
-@contextlib.contextmanager
-def pipelined() -> Iterator[None]:
-    """On PostgreSQL, psycopg's pipeline mode for the block, for plain
-    inserts only: each is sent without waiting for its answer, so a service
-    that writes many rows one by one (a bulk start: two inserts a start)
-    waits for the database where it does anything else, not once a row.
-    Every other statement is answered before the caller sees it (an
-    execute wrapper syncs after it): in a pipeline psycopg gives a row
-    count of -1 until then, and an update's count decides things (an
-    admission, an execution's end). An insert's error is raised by the
-    next other statement: for an insert in a savepoint that expects a
-    conflict (a keyed start), the savepoint's release, which Django then
-    rolls back, so the conflict is the savepoint's. Nothing on SQLite. For
-    a batch only: on a single start the pipeline's bookkeeping cost more CPU
-    than the round trips it saved (docs/performance.md)."""
-    db = _db()
-    if db.vendor != "postgresql":
-        yield
-        return
-    db.ensure_connection()
-    with db.wrap_database_errors, db.connection.pipeline(), db.execute_wrapper(_answered_unless_insert):
-        yield
-
-
-def _answered_unless_insert(execute, statement, params, many, context):
-    result = execute(statement, params, many, context)
-    if not _UNANSWERED.match(statement if isinstance(statement, str) else str(statement)):
-        # Entering a nested pipeline block syncs what is pending (psycopg),
-        # raising the error of an insert sent before, if any.
-        db = context["connection"]
-        with db.wrap_database_errors, db.connection.pipeline():
-            pass
-    return result
-
-
 @functools.cache
 def _psycopg_timestamptz_loader() -> type:
     import psycopg
@@ -128,14 +87,43 @@ def _psycopg_timestamptz_loader() -> type:
     return loader
 
 
+# Statement texts whose conversion to PostgreSQL's $n form is kept (see
+# ``_bound_cursor_class``): the fixed statements and the shapes of rows
+# held together (``_insert_statement``).
+CONVERTED_STATEMENTS = 512
+
+
 @functools.cache
 def _bound_cursor_class() -> type:
     from django.db.backends.postgresql.base import ServerBindingCursor  # imports psycopg
+    from psycopg import _queries
+
+    kept = functools.lru_cache(maxsize=CONVERTED_STATEMENTS)(_queries._query2pg_nocache)
+
+    class KeptQuery(_queries.PostgresQuery):
+        """psycopg's server-side query, its text's conversion kept however
+        many parameters it takes: psycopg keeps it only for statements of
+        at most 50 parameters and 4 KB (ORM-made texts rarely repeat), and
+        converting a start's held rows (63 parameters) anew took 157 µs.
+        Every text sent here is one of the fixed statements or a shape of
+        held rows, so they repeat."""
+
+        __slots__ = ()
+        converted = staticmethod(kept)
+
+        def convert(self, query, vars):
+            if vars is None or not isinstance(query, (str, bytes)):
+                return super().convert(query, vars)
+            query = self._ensure_bytes(query)
+            self.query, self._want_formats, self._order, self._parts = self.converted(query, self._tx.encoding)
+            self.dump(vars)
 
     class BoundCursor(ServerBindingCursor):
         """Django's server-binding cursor, keeping the statement it ran:
         psycopg forgets it for a prepared one, and Django's query log
         (``connection.queries``, CaptureQueriesContext) reads it."""
+
+        _query_cls = KeptQuery
 
         def _send_query_prepared(self, name, pgq, **kwargs):
             self._query = pgq
@@ -455,23 +443,102 @@ def update(model: type[models.Model], *, values: dict[str, Any], where: dict[str
 def insert(objs: Iterable[models.Model]) -> None:
     """Insert new rows (every concrete field, as the instances hold them).
     For models whose fields have no pre-save hooks beyond
-    ``auto_now``/``auto_now_add``, which get the instance's own value. One
-    fixed one-row statement, executed for every row in one batch
-    (``executemany``: on PostgreSQL one pipelined round trip; the statement
-    text is the same whatever the count, so it is parsed once, not per batch)."""
+    ``auto_now``/``auto_now_add``, which get the instance's own value.
+    Inside a service transaction on PostgreSQL the rows are held and sent
+    with the other rows held, just before the transaction's next statement
+    (``_held``); otherwise at once, in one statement."""
     objs = list(objs)
     if not objs:
         return
     model = type(objs[0])
     savers = _row_savers(model)
     db = _db()
-    statement = f"INSERT INTO {table(model)} ({columns(model)}) VALUES ({placeholders(len(savers))})"
-    params = [[save(get(obj), db) for get, save in savers] for obj in objs]
-    with cursor() as bound:
-        if len(params) == 1:
-            bound.execute(statement, params[0])
-        else:
-            bound.executemany(statement, params)
+    rows = [[save(get(obj), db) for get, save in savers] for obj in objs]
+    held = _held(db)
+    if held is None:
+        _send_rows({model: rows})
+    else:
+        held.setdefault(model, []).extend(rows)
+        if sum(len(values) * len(values[0]) for values in held.values()) >= MAX_HELD_PARAMETERS:
+            _send_held(held)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = db.alias
+
+
+# --- rows held for the next statement -----------------------------------------------
+# An insert answers nothing its caller reads (no RETURNING; an error is
+# raised by whatever statement sends it), so inside a service transaction
+# (``transactions.outermost``) on PostgreSQL its rows wait: just before the
+# transaction's next statement, and at its end before the commit, every row
+# held goes in one statement, one multi-row INSERT per table, joined as WITH
+# clauses. A start's execution and first task are one round trip, not two;
+# a bulk start's rows are one statement, not one per row. A held row's error
+# (a unique key a concurrent start took) is raised by the statement that
+# sends it: for a keyed insert in a savepoint, the savepoint's release,
+# which Django then rolls back, so the conflict stays the savepoint's. A
+# rollback to a savepoint drops the rows held (they were all inserted after
+# the last statement, so inside that savepoint). Foreign keys are checked
+# at commit (Django's constraints are deferred), so rows of any tables go
+# together in any order. SQLite has no round trips to save: rows go at once.
+HELD = "sql.held_rows"
+# Sent early once this many parameters are held (PostgreSQL takes 65,535 a statement).
+MAX_HELD_PARAMETERS = 20_000
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT"
+
+Held = dict[type[models.Model], list[list[Any]]]
+
+
+def _held(db) -> Held | None:
+    """This service transaction's held rows by model (None: send at once).
+    The first time, the connection is set to send them before its next statement."""
+    if db.vendor != "postgresql" or not transactions.active():
+        return None
+    held = transactions.pending(HELD, _send_held)
+    if held is not None and _send_held_first not in db.execute_wrappers:
+        db.execute_wrappers.append(_send_held_first)
+        transactions.after(lambda _committed: _stop_holding(db))
+    return held
+
+
+def _stop_holding(db) -> None:
+    if _send_held_first in db.execute_wrappers:
+        db.execute_wrappers.remove(_send_held_first)
+
+
+def _send_held_first(execute, statement, params, many, context):
+    held = transactions.pending(HELD, _send_held)
+    if held:
+        if isinstance(statement, str) and statement.startswith(_ROLLBACK_TO):
+            held.clear()
+        else:
+            _send_held(held)
+    return execute(statement, params, many, context)
+
+
+def _send_held(held: Held) -> None:
+    rows = dict(held)
+    held.clear()  # sent, or failed: either way no longer held
+    _send_rows(rows)
+
+
+def _send_rows(rows: Held) -> None:
+    """One statement inserting ``rows`` (model → each row's values, in column order)."""
+    params: list[Any] = []
+    for values in rows.values():
+        for row in values:
+            params += row
+    with cursor() as bound:
+        bound.execute(_insert_statement(tuple((model, len(values)) for model, values in rows.items())), params)
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_statement(shape: tuple[tuple[type[models.Model], int], ...]) -> str:
+    """The statement inserting so many rows of each model: a multi-row
+    INSERT per model, all but the last as WITH clauses."""
+    inserts = []
+    for model, count in shape:
+        row = f"({placeholders(len(_row_savers(model)))})"
+        inserts.append(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * count)}")
+    *first, last = inserts
+    return f"WITH {', '.join(f'held{i} AS ({s})' for i, s in enumerate(first))} {last}" if first else last

@@ -139,8 +139,8 @@ def test_a_batch_is_one_commit_and_each_start_sees_those_before_it(api, monkeypa
 @pytest.mark.django_db(transaction=True)
 def test_a_key_another_start_takes_meanwhile_gives_its_execution_and_spoils_no_other(api):
     """A keyed start whose key another start holds, not yet committed: the
-    batch's insert waits for it, then conflicts. The batch's inserts are
-    pipelined (sql.pipelined), yet the conflict is raised in the keyed
+    batch's insert waits for it, then conflicts. The batch's rows are held
+    and sent together (sql.insert), yet the conflict is raised in the keyed
     insert's savepoint (at its release, the next statement): the answer is the other start's execution (200),
     and the start after it in the batch is written."""
     from executions import lifecycle
@@ -196,37 +196,3 @@ def test_a_key_another_start_takes_meanwhile_gives_its_execution_and_spoils_no_o
     assert [r["status"] for r in results] == [200, 201], results
     assert results[0]["id"] == str(held["execution"].id)
     assert Execution.objects.count() == 2
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's pipeline mode")
-def test_a_batch_sends_its_inserts_without_waiting_for_each(api):
-    """The inserts of a bulk start (two a start) go in psycopg's pipeline:
-    the batch waits for the database where it reads, not once a row."""
-    register(api, "orders", simple("charge"))
-    batch(api, {"name": "orders"})  # per-process caches
-    pipelined: list[bool] = []
-
-    def look(execute, sql, params, many, context):
-        if sql.lstrip().upper().startswith("INSERT"):
-            pipelined.append(bool(connection.connection.pgconn.pipeline_status))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(look):
-        answer = batch(api, *[{"name": "orders"}] * 5)
-    assert [r["status"] for r in answer.json()["results"]] == [201] * 5
-    assert pipelined == [True] * 10
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="psycopg's pipeline mode")
-def test_in_a_batchs_pipeline_an_update_still_counts_its_rows(api):
-    """A start's first decision may update rows and act on how many changed
-    (an admission, an execution's end): psycopg answers -1 for a statement
-    of a pipeline not yet synced, so only inserts stay unsynced there."""
-    from executions import sql
-
-    register(api, "orders", simple("charge"))
-    ids = [batch(api, {"name": "orders"}).json()["results"][0]["id"] for _ in range(2)]
-    with transaction.atomic(), sql.pipelined():
-        assert sql.update(Execution, values={"priority": 5}, where={"id": ids}) == 2
-        assert Execution.objects.filter(pk__in=ids, priority=5).update(priority=6) == 2
-        assert Execution.objects.filter(pk__in=ids, priority=5).update(priority=7) == 0

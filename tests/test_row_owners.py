@@ -134,3 +134,20 @@ def test_the_guard_lets_the_owner_write():
     exec(compile(source, str(ROOT / "executions" / "attempts.py"), "exec"), scope)
     with connection.cursor() as cursor:
         scope["write"](cursor)
+
+
+@pytest.mark.django_db
+def test_the_guard_refuses_rows_held_for_another_modules_statement():
+    """Rows ``sql.insert`` holds go later, with whichever statement comes
+    next; the guard checks them as they are held, against the module that
+    inserts them."""
+    from executions.models import Task
+    from nodeflow import transactions
+
+    source = "def write(sql, task):\n    sql.insert([task])\n"
+    scope: dict = {}
+    exec(compile(source, str(ROOT / "executions" / "dispatch.py"), "exec"), scope)
+    from executions import sql
+
+    with pytest.raises(row_owners.NotTheOwner, match=r"executions/dispatch\.py"), transactions.outermost():
+        scope["write"](sql, Task())
