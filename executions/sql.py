@@ -459,7 +459,7 @@ def insert(objs: Iterable[models.Model]) -> None:
         _send_rows({model: rows})
     else:
         held.setdefault(model, []).extend(rows)
-        if sum(len(values) * len(values[0]) for values in held.values()) >= MAX_HELD_PARAMETERS:
+        if sum(len(values) * len(values[0]) for values in held.values()) >= MAX_STATEMENT_PARAMETERS:
             _send_held(held)
     for obj in objs:
         obj._state.adding = False
@@ -482,8 +482,9 @@ def insert(objs: Iterable[models.Model]) -> None:
 # at commit (Django's constraints are deferred), so rows of any tables go
 # together in any order. SQLite has no round trips to save: rows go at once.
 HELD = "sql.held_rows"
-# Sent early once this many parameters are held (PostgreSQL takes 65,535 a statement).
-MAX_HELD_PARAMETERS = 20_000
+# At most this many parameters a statement (PostgreSQL takes 65,535); rows
+# held are sent early once they reach it.
+MAX_STATEMENT_PARAMETERS = 20_000
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT"
 
 Held = dict[type[models.Model], list[list[Any]]]
@@ -523,13 +524,30 @@ def _send_held(held: Held) -> None:
 
 
 def _send_rows(rows: Held) -> None:
-    """One statement inserting ``rows`` (model → each row's values, in column order)."""
+    """Insert ``rows`` (model → each row's values, in column order): one
+    statement, or as few as keep each within ``MAX_STATEMENT_PARAMETERS``
+    (and the database's own limit)."""
+    limit = min(MAX_STATEMENT_PARAMETERS, _db().features.max_query_params or MAX_STATEMENT_PARAMETERS)
+    shape: list[tuple[type[models.Model], int]] = []
     params: list[Any] = []
-    for values in rows.values():
-        for row in values:
-            params += row
+    for model, values in rows.items():
+        width = len(values[0])
+        per_statement = max(1, limit // width)
+        for first in range(0, len(values), per_statement):
+            piece = values[first : first + per_statement]
+            if params and len(params) + len(piece) * width > limit:
+                _execute_insert(shape, params)
+                shape, params = [], []
+            shape.append((model, len(piece)))
+            for row in piece:
+                params += row
+    if shape:
+        _execute_insert(shape, params)
+
+
+def _execute_insert(shape: list[tuple[type[models.Model], int]], params: list[Any]) -> None:
     with cursor() as bound:
-        bound.execute(_insert_statement(tuple((model, len(values)) for model, values in rows.items())), params)
+        bound.execute(_insert_statement(tuple(shape)), params)
 
 
 @functools.lru_cache(maxsize=256)

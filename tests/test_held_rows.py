@@ -6,12 +6,13 @@ statement or its commit. On SQLite they go at once."""
 from __future__ import annotations
 
 import copy
+import uuid
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from executions import lifecycle, runs, sql
+from executions import attempts, lifecycle, runs, sql
 from executions.models import Execution, Task
 from nodeflow import transactions
 from nodeflow.models import Namespace
@@ -79,7 +80,7 @@ def test_rows_held_go_before_the_next_statement_which_sees_them(namespace):
 
 @postgres_only
 def test_more_rows_than_one_statement_takes_go_in_several(api, namespace, monkeypatch):
-    monkeypatch.setattr(sql, "MAX_HELD_PARAMETERS", 60)  # a start holds 63: sent after each
+    monkeypatch.setattr(sql, "MAX_STATEMENT_PARAMETERS", 63)  # a start holds 63: sent after each
     api.post("executions/batch", {"executions": [{"name": "orders"}]})
     with CaptureQueriesContext(connection) as queries:
         answer = api.post("executions/batch", {"executions": [{"name": "orders"}] * 4})
@@ -148,3 +149,20 @@ def test_on_sqlite_each_insert_is_sent_at_once(namespace):
         'INSERT INTO "executions_execution"',
         'INSERT INTO "executions_task"',
     ]
+
+
+def test_more_rows_than_a_statement_takes_are_inserted_in_several(namespace, monkeypatch):
+    """Rows sent at once too (SQLite, or outside a service transaction) go
+    in statements of at most ``MAX_STATEMENT_PARAMETERS`` parameters."""
+    monkeypatch.setattr(sql, "MAX_STATEMENT_PARAMETERS", 80)  # two task rows (35 each) a statement
+    execution = start(namespace)
+    tasks = []
+    for seq in range(5):
+        task = copy.copy(Task.objects.get(execution=execution))
+        task.pk, task.seq, task.ref, task.path = uuid.uuid4(), 100 + seq, f"more{seq}", f"more{seq}"
+        task._state.adding = True
+        tasks.append(task)
+    with CaptureQueriesContext(connection) as queries:
+        attempts.insert(tasks)
+    assert len(inserts(queries)) == 3
+    assert Task.objects.filter(execution=execution).count() == 6
