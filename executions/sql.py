@@ -497,7 +497,9 @@ def _held(db) -> Held | None:
         return None
     held = transactions.pending(HELD, _send_held)
     if held is not None and _send_held_first not in db.execute_wrappers:
-        db.execute_wrappers.append(_send_held_first)
+        # First, not last: Django's ``execute_wrapper`` block removes the
+        # last wrapper when it ends, which must stay its own.
+        db.execute_wrappers.insert(0, _send_held_first)
         transactions.after(lambda _committed: _stop_holding(db))
     return held
 

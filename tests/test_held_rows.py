@@ -166,3 +166,22 @@ def test_more_rows_than_a_statement_takes_are_inserted_in_several(namespace, mon
         attempts.insert(tasks)
     assert len(inserts(queries)) == 3
     assert Task.objects.filter(execution=execution).count() == 6
+
+
+@postgres_only
+def test_a_wrapper_entered_and_left_meanwhile_leaves_the_rows_sender_in_place(namespace):
+    """Django's ``execute_wrapper`` removes the last wrapper when its block
+    ends; one entered after rows were held must not take their sender with
+    it: the rows still go before the next statement, which sees them."""
+    seen: list[str] = []
+
+    def look(execute, statement, params, many, context):
+        seen.append(statement)
+        return execute(statement, params, many, context)
+
+    with transactions.outermost():
+        with connection.execute_wrapper(look):
+            start(namespace, correlation_id="meanwhile")
+        assert look not in connection.execute_wrappers
+        assert Execution.objects.filter(correlation_id="meanwhile").count() == 1
+    assert Task.objects.filter(execution__correlation_id="meanwhile").count() == 1
