@@ -496,7 +496,7 @@ def _held(db) -> Held | None:
     if db.vendor != "postgresql" or not transactions.active():
         return None
     held = transactions.pending(HELD, _send_held)
-    if held is not None and _send_held_first not in db.execute_wrappers:
+    if _send_held_first not in db.execute_wrappers:
         # First, not last: Django's ``execute_wrapper`` block removes the
         # last wrapper when it ends, which must stay its own.
         db.execute_wrappers.insert(0, _send_held_first)

@@ -60,7 +60,7 @@ def writer(statement: str, depth: int = 1) -> tuple[str, str] | None:
 
 
 def check(execute, sql, params, many, context):
-    _check(writer(sql if isinstance(sql, str) else str(sql), depth=2))
+    _check(writer(sql if isinstance(sql, str) else str(sql)))
     return execute(sql, params, many, context)
 
 
