@@ -488,7 +488,10 @@ def _inserted(execution: Execution, admitted: bool | None) -> tuple[Execution, b
 def _read_first(namespace_id: int, name: str) -> None:
     """What a start reads first, in one statement: the published snapshot
     of its workflow (``snapshots.snapshot_for``) and the namespace's quotas
-    (``quotas.starts``), which find them read (``transactions.once``)."""
+    (``quotas.starts``), which find them read (``transactions.once``).
+    Both unlocked, so the read goes before the service transaction begins
+    (``transactions.before_begin``): a start that locks nothing and
+    writes only its held rows then begins none at all."""
 
     def read() -> tuple:
         quota, (snapshot_id, version) = namespace_quotas.read_with(
@@ -496,9 +499,10 @@ def _read_first(namespace_id: int, name: str) -> None:
         )
         return (None if snapshot_id is None else (snapshot_id, version)), quota
 
-    transactions.once_together(
-        (snapshots.published_key(namespace_id, name), namespace_quotas.quota_key(namespace_id)), read
-    )
+    with transactions.before_begin():
+        transactions.once_together(
+            (snapshots.published_key(namespace_id, name), namespace_quotas.quota_key(namespace_id)), read
+        )
 
 
 def start_child(*, parent: Execution, request: StartChild) -> Execution | None:

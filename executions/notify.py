@@ -201,11 +201,11 @@ def announce(*notices: str, with_commit: bool = False) -> None:
     trip as the service transaction's COMMIT (``transactions.with_commit``),
     where there is one."""
     calls = ", ".join("pg_notify(%s, %s)" for _ in notices)
-    statement, params = f"SELECT {calls}", [value for notice in notices for value in (TASKS_CHANNEL, notice)]
-    if with_commit and transactions.with_commit(statement, params):
+    params = [value for notice in notices for value in (TASKS_CHANNEL, notice)]
+    if with_commit and transactions.with_commit(calls, params):
         return
     with connection.cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(f"SELECT {calls}", params)
 
 
 def decider_wakeup() -> None:

@@ -459,7 +459,7 @@ def insert(objs: Iterable[models.Model]) -> None:
         _send_rows({model: rows})
     else:
         held.setdefault(model, []).extend(rows)
-        if sum(len(values) * len(values[0]) for values in held.values()) >= MAX_STATEMENT_PARAMETERS:
+        if _parameters(held) >= MAX_STATEMENT_PARAMETERS:
             _send_held(held)
     for obj in objs:
         obj._state.adding = False
@@ -495,7 +495,7 @@ def _held(db) -> Held | None:
     The first time, the connection is set to send them before its next statement."""
     if db.vendor != "postgresql" or not transactions.active():
         return None
-    held = transactions.pending(HELD, _send_held)
+    held = transactions.pending(HELD, _close_held, last=True)
     if _send_held_first not in db.execute_wrappers:
         # First, not last: Django's ``execute_wrapper`` block removes the
         # last wrapper when it ends, which must stay its own.
@@ -510,7 +510,7 @@ def _stop_holding(db) -> None:
 
 
 def _send_held_first(execute, statement, params, many, context):
-    held = transactions.pending(HELD, _send_held)
+    held = transactions.pending(HELD, _close_held, last=True)
     if held:
         if isinstance(statement, str) and statement.startswith(_ROLLBACK_TO):
             held.clear()
@@ -525,11 +525,40 @@ def _send_held(held: Held) -> None:
     _send_rows(rows)
 
 
+def _close_held(held: Held) -> None:
+    """The rows still held at the end of the service transaction. If it
+    has not begun (``transactions.unbegun``: it only read, before it
+    began), they go on their own with its ``with_commit`` calls, as one
+    statement, which PostgreSQL runs as a transaction of its own: no
+    ``BEGIN`` and no ``COMMIT`` round trip. Otherwise, or when they need
+    more than one statement, as any held rows go."""
+    if transactions.unbegun() and _parameters(held) <= _limit():
+        calls, call_params = transactions.take_with_commit()
+        rows = dict(held)
+        held.clear()
+        shape = tuple((model, len(values)) for model, values in rows.items())
+        params = [value for values in rows.values() for row in values for value in row]
+        with transactions.on_its_own():
+            _execute_insert(shape, params + call_params, then=calls)
+        return
+    _send_held(held)
+
+
+def _parameters(rows: Held) -> int:
+    return sum(len(values) * len(values[0]) for values in rows.values())
+
+
+def _limit() -> int:
+    """Parameters a statement may carry here: ``MAX_STATEMENT_PARAMETERS``
+    and never more than the database's own limit."""
+    return min(MAX_STATEMENT_PARAMETERS, _db().features.max_query_params or MAX_STATEMENT_PARAMETERS)
+
+
 def _send_rows(rows: Held) -> None:
     """Insert ``rows`` (model → each row's values, in column order): one
     statement, or as few as keep each within ``MAX_STATEMENT_PARAMETERS``
     (and the database's own limit)."""
-    limit = min(MAX_STATEMENT_PARAMETERS, _db().features.max_query_params or MAX_STATEMENT_PARAMETERS)
+    limit = _limit()
     shape: list[tuple[type[models.Model], int]] = []
     params: list[Any] = []
     for model, values in rows.items():
@@ -547,18 +576,23 @@ def _send_rows(rows: Held) -> None:
         _execute_insert(shape, params)
 
 
-def _execute_insert(shape: list[tuple[type[models.Model], int]], params: list[Any]) -> None:
+def _execute_insert(shape: Sequence[tuple[type[models.Model], int]], params: list[Any], *, then: str = "") -> None:
     with cursor() as bound:
-        bound.execute(_insert_statement(tuple(shape)), params)
+        bound.execute(_insert_statement(tuple(shape), then), params)
 
 
 @functools.lru_cache(maxsize=256)
-def _insert_statement(shape: tuple[tuple[type[models.Model], int], ...]) -> str:
+def _insert_statement(shape: tuple[tuple[type[models.Model], int], ...], then: str = "") -> str:
     """The statement inserting so many rows of each model: a multi-row
-    INSERT per model, all but the last as WITH clauses."""
+    INSERT per model, all but the last as WITH clauses; with ``then`` (a
+    select list: ``pg_notify`` calls), every INSERT a WITH clause and
+    ``SELECT then`` the statement (PostgreSQL runs a data-modifying WITH
+    clause whether or not the statement reads it)."""
     inserts = []
     for model, count in shape:
         row = f"({placeholders(len(_row_savers(model)))})"
         inserts.append(f"INSERT INTO {table(model)} ({columns(model)}) VALUES {', '.join([row] * count)}")
+    if then:
+        inserts.append(f"SELECT {then}")
     *first, last = inserts
     return f"WITH {', '.join(f'held{i} AS ({s})' for i, s in enumerate(first))} {last}" if first else last

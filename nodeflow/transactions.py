@@ -14,7 +14,20 @@ is sent once at its end, just before the commit (how many tasks of each
 queue it made ready, less those it leased itself), and ``after`` is told
 once it has ended whether it committed: a ContextVar set and reset around
 the block, whether it commits or rolls back, so no stale key outlives a
-rollback. Only Django's public API is used.
+rollback. Only Django's public API is used, and psycopg's public one for
+what runs before the transaction begins (``before_begin``, ``on_its_own``).
+
+On PostgreSQL the transaction begins with its first statement (psycopg
+sends ``BEGIN`` then, a round trip of its own). A service whose first
+statements only read, and whose writes are all held to its end (rows,
+``sql.insert``; notices, ``with_commit``), need not begin one at all: its
+reads run on their own (``before_begin``: under READ COMMITTED each
+statement of a transaction takes its own snapshot anyway, and a read takes
+no lock a later statement relies on), and what it writes goes as one
+statement on its own, which PostgreSQL runs as a transaction of its own
+(``on_its_own``). A start of a namespace with no start quota and no keys
+is two round trips, not four. The first statement that writes or locks
+begins the transaction as usual.
 """
 
 from __future__ import annotations
@@ -26,6 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from psycopg.pq import TransactionStatus
+
+_IDLE = TransactionStatus.IDLE
 
 
 @dataclass
@@ -35,9 +51,11 @@ class _Scope:
     pending: dict[str, tuple[dict, Callable[[dict], None]]] = field(default_factory=dict)
     # called once the transaction has ended, with whether it committed
     after: list[Callable[[bool], None]] = field(default_factory=list)
+    # names of ``pending`` flushed after the others (``pending(last=True)``)
+    flushed_last: list[str] = field(default_factory=list)
     # key → what was read once in this transaction (``once``)
     read: dict[str, Any] = field(default_factory=dict)
-    # statements sent with the COMMIT, in one round trip (``with_commit``)
+    # calls made with the COMMIT, in one round trip (``with_commit``)
     last: list[tuple[str, list]] = field(default_factory=list)
 
 
@@ -57,9 +75,7 @@ def outermost() -> Iterator[None]:
             token = _scope.set(scope)
             try:
                 yield
-                for gathered, flush in scope.pending.values():
-                    if gathered:
-                        flush(gathered)
+                _flush_pending(scope)
                 if scope.last:
                     _send_last(scope.last)
             finally:
@@ -68,6 +84,18 @@ def outermost() -> Iterator[None]:
     finally:
         for callback in scope.after:
             callback(committed)
+
+
+def _flush_pending(scope: _Scope) -> None:
+    """Hand each ``pending`` dict to its flush, in order (those asked with
+    ``last`` after the others), including any that a flush itself asks."""
+    flushed: set[str] = set()
+    while names := [name for name in scope.pending if name not in flushed]:
+        name = min(names, key=scope.flushed_last.__contains__)  # the first not asked with ``last``, if any
+        flushed.add(name)
+        gathered, flush = scope.pending[name]
+        if gathered:
+            flush(gathered)
 
 
 def first_in_transaction(key: str) -> bool:
@@ -126,43 +154,126 @@ def after(callback: Callable[[bool], None]) -> bool:
     return True
 
 
-def with_commit(statement: str, params: list) -> bool:
-    """Send ``statement`` (one that returns nothing the caller needs: a
-    ``pg_notify``) at the end of this ``outermost()`` transaction, after
-    every ``pending`` flush, in the same round trip as its ``COMMIT``
-    (PostgreSQL). False outside one: the caller sends it itself."""
+def with_commit(call: str, params: list) -> bool:
+    """Make ``call`` (an expression evaluated for what it does and returning
+    nothing the caller needs: ``pg_notify(%s, %s)``) at the end of this
+    ``outermost()`` transaction, after every ``pending`` flush, in the same
+    round trip as its ``COMMIT`` (PostgreSQL), or in its one statement on
+    its own (``take_with_commit``). False outside one: the caller makes it
+    itself."""
     scope = _scope.get()
     if scope is None:
         return False
-    scope.last.append((statement, params))
+    scope.last.append((call, params))
     return True
 
 
-def _send_last(statements: list[tuple[str, list]]) -> None:
-    """The statements of ``with_commit``, and on PostgreSQL the COMMIT with
+def take_with_commit() -> tuple[str, list]:
+    """The calls of ``with_commit`` not yet made, as one select list and
+    its parameters, taken from this transaction: the caller makes them in
+    the statement that ends it (``sql``'s held rows, sent on their own)."""
+    scope = _scope.get()
+    if scope is None or not scope.last:
+        return "", []
+    calls, scope.last = scope.last, []
+    return ", ".join(call for call, _ in calls), [value for _, values in calls for value in values]
+
+
+def _send_last(calls: list[tuple[str, list]]) -> None:
+    """The calls of ``with_commit``, and on PostgreSQL the COMMIT with
     them: one request in the simple protocol (the parameters bound in the
-    client), so the commit costs no round trip of its own. Django's commit
-    that follows finds the session idle and sends nothing (psycopg commits
-    only a transaction in progress); a failed COMMIT (a deferred foreign
-    key) raises here, inside the block, which Django then ends as it would
-    any error: nothing was written. A block that is a savepoint in a
-    caller's transaction (a test case's) keeps its own end. (A transaction
-    Django must roll back refuses every statement, this one too.)"""
-    text = "; ".join(statement for statement, _ in statements)
-    params = [value for _, values in statements for value in values]
+    client), so the commit costs no round trip of its own; or, when the
+    transaction has not begun (``unbegun``), the calls alone, on their own.
+    Django's commit that follows finds the session idle and sends nothing
+    (psycopg commits only a transaction in progress); a failed COMMIT (a
+    deferred foreign key) raises here, inside the block, which Django then
+    ends as it would any error: nothing was written. A block that is a
+    savepoint in a caller's transaction (a test case's) keeps its own end.
+    (A transaction Django must roll back refuses every statement, this one
+    too.)"""
+    text = "SELECT " + ", ".join(call for call, _ in calls)
+    params = [value for _, values in calls for value in values]
+    if unbegun():
+        with on_its_own(), connection.cursor() as cursor:
+            cursor.execute(text, params)
+        return
     # The transaction itself, not a savepoint in one.
     fold = connection.vendor == "postgresql" and len(connection.atomic_blocks) == 1
     with connection.cursor() as cursor:
         cursor.execute(f"{text}; COMMIT" if fold else text, params)
 
 
-def pending(name: str, flush: Callable[[dict[Any, Any]], None]) -> dict[Any, Any] | None:
+def _idle_connection():
+    """The psycopg connection of this ``outermost()`` transaction while it
+    has sent nothing (PostgreSQL, idle, not in autocommit: the transaction
+    is Django's own and has not begun on the server); else None."""
+    if _scope.get() is None or connection.vendor != "postgresql":
+        return None
+    raw = connection.connection
+    if raw is None or raw.autocommit or raw.info.transaction_status != _IDLE:
+        return None
+    return raw
+
+
+def unbegun() -> bool:
+    """Whether this ``outermost()`` transaction has not begun on the server:
+    PostgreSQL, nothing sent yet (no ``BEGIN``, no savepoint). A test
+    case's transaction, or any statement sent, has begun it."""
+    return _idle_connection() is not None
+
+
+@contextmanager
+def on_its_own() -> Iterator[None]:
+    """Statements in the block run on their own (autocommit), each its own
+    transaction, while this ``outermost()`` transaction has not begun
+    (``unbegun``); otherwise in it, as usual. For the one statement that
+    ends a service whose work it all is (``sql``'s held rows with the
+    ``with_commit`` calls), and for reads before it begins
+    (``before_begin``). Django's own state is not touched: its commit then
+    finds nothing to commit."""
+    raw = _idle_connection()
+    if raw is None:
+        yield
+        return
+    raw.autocommit = True
+    try:
+        yield
+    finally:
+        if not raw.closed and raw.info.transaction_status == _IDLE:
+            raw.autocommit = False
+
+
+@contextmanager
+def before_begin() -> Iterator[None]:
+    """Reads in the block (statements that neither write nor lock) run
+    before this ``outermost()`` transaction begins, on their own, if it has
+    not begun and holds nothing to send (no ``pending`` gathered, no
+    ``with_commit`` call): under READ COMMITTED a read inside the
+    transaction would take its own snapshot too, and it takes no lock that
+    a later statement relies on. The first statement that writes or locks
+    begins the transaction after the block. Otherwise the block runs in the
+    transaction, as usual. Only a caller that knows its block only reads
+    may use it: a write in it would commit at once."""
+    scope = _scope.get()
+    if scope is None or scope.last or any(gathered for gathered, _ in scope.pending.values()):
+        yield
+        return
+    with on_its_own():
+        yield
+
+
+def pending(name: str, flush: Callable[[dict[Any, Any]], None], *, last: bool = False) -> dict[Any, Any] | None:
     """The dict ``name`` of this ``outermost()`` transaction, handed to
     ``flush`` at its end, before the commit, if it is not empty then; None
-    outside one (the caller then acts at once)."""
+    outside one (the caller then acts at once). Flushes run in the order
+    their names were first asked, those asked with ``last`` after the
+    others (``sql``'s held rows: the flushes before them may still hold
+    rows or add ``with_commit`` calls)."""
     scope = _scope.get()
     if scope is None:
         return None
     if name not in scope.pending:
         scope.pending[name] = ({}, flush)
+        if last:
+            scope.flushed_last.append(name)
     return scope.pending[name][0]

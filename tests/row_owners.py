@@ -11,7 +11,7 @@ that path fails. Tests themselves may write rows to set a scene.
 Rows ``sql.insert`` holds for the transaction's next statement are checked
 when they are held, against the module that inserts them; the statement
 that later sends them (``sql._send_held``, before whichever statement comes
-next) is not checked again.
+next, or ``sql._close_held`` at the transaction's end) is not checked again.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _WRITE = re.compile(r'\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(' + "|".join
 # Project files that only carry a statement for their caller.
 _CARRIERS = {"executions/sql.py"}
 # Sends rows held (and checked) earlier, before another module's statement.
-_SENDS_HELD = ("executions/sql.py", "_send_held")
+_SENDS_HELD = {("executions/sql.py", "_send_held"), ("executions/sql.py", "_close_held")}
 
 
 class NotTheOwner(AssertionError):
@@ -51,7 +51,7 @@ def writer(statement: str, depth: int = 1) -> tuple[str, str] | None:
         path = pathlib.Path(frame.f_code.co_filename)
         if path.is_relative_to(ROOT) and ".venv" not in path.parts:
             relative = path.relative_to(ROOT).as_posix()
-            if (relative, frame.f_code.co_name) == _SENDS_HELD:
+            if (relative, frame.f_code.co_name) in _SENDS_HELD:
                 return None
             if relative not in _CARRIERS and relative != "tests/row_owners.py":
                 return None if relative.startswith("tests/") else (found.group(1).lower(), relative)
