@@ -489,9 +489,10 @@ def _read_first(namespace_id: int, name: str) -> None:
     """What a start reads first, in one statement: the published snapshot
     of its workflow (``snapshots.snapshot_for``) and the namespace's quotas
     (``quotas.starts``), which find them read (``transactions.once``).
-    Both unlocked, so the read goes before the service transaction begins
-    (``transactions.before_begin``): a start that locks nothing and
-    writes only its held rows then begins none at all."""
+    Both unlocked, and the first statement of a start's transaction, so
+    the read goes with its ``BEGIN`` (``transactions.with_begin``): a start
+    that then locks nothing sends its held rows with its ``COMMIT``, two
+    round trips in all."""
 
     def read() -> tuple:
         quota, (snapshot_id, version) = namespace_quotas.read_with(
@@ -499,7 +500,7 @@ def _read_first(namespace_id: int, name: str) -> None:
         )
         return (None if snapshot_id is None else (snapshot_id, version)), quota
 
-    with transactions.before_begin():
+    with transactions.with_begin():
         transactions.once_together(
             (snapshots.published_key(namespace_id, name), namespace_quotas.quota_key(namespace_id)), read
         )

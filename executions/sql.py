@@ -526,19 +526,19 @@ def _send_held(held: Held) -> None:
 
 
 def _close_held(held: Held) -> None:
-    """The rows still held at the end of the service transaction. If it
-    has not begun (``transactions.unbegun``: it only read, before it
-    began), they go on their own with its ``with_commit`` calls, as one
-    statement, which PostgreSQL runs as a transaction of its own: no
-    ``BEGIN`` and no ``COMMIT`` round trip. Otherwise, or when they need
-    more than one statement, as any held rows go."""
-    if transactions.unbegun() and _parameters(held) <= _limit():
+    """The rows still held at the end of the service transaction. In a
+    transaction its reads began in pipeline mode
+    (``transactions.with_begin``), they go with its ``with_commit``
+    calls as one statement, its closing one, which goes with its
+    ``COMMIT``: one round trip. Otherwise, or when they need more than one
+    statement, as any held rows go."""
+    if transactions.pipelined() and _parameters(held) <= _limit():
         calls, call_params = transactions.take_with_commit()
         rows = dict(held)
         held.clear()
         shape = tuple((model, len(values)) for model, values in rows.items())
         params = [value for values in rows.values() for row in values for value in row]
-        with transactions.on_its_own():
+        with transactions.closing():
             _execute_insert(shape, params + call_params, then=calls)
         return
     _send_held(held)

@@ -14,27 +14,29 @@ is sent once at its end, just before the commit (how many tasks of each
 queue it made ready, less those it leased itself), and ``after`` is told
 once it has ended whether it committed: a ContextVar set and reset around
 the block, whether it commits or rolls back, so no stale key outlives a
-rollback. Only Django's public API is used, and psycopg's public one for
-what runs before the transaction begins (``before_begin``, ``on_its_own``).
+rollback. Only Django's public API is used, and psycopg's for a
+transaction whose first reads go with its ``BEGIN`` (``with_begin``).
 
-On PostgreSQL the transaction begins with its first statement (psycopg
-sends ``BEGIN`` then, a round trip of its own). A service whose first
-statements only read, and whose writes are all held to its end (rows,
-``sql.insert``; notices, ``with_commit``), need not begin one at all: its
-reads run on their own (``before_begin``: under READ COMMITTED each
-statement of a transaction takes its own snapshot anyway, and a read takes
-no lock a later statement relies on), and what it writes goes as one
-statement on its own, which PostgreSQL runs as a transaction of its own
-(``on_its_own``). A start of a namespace with no start quota and no keys
-is two round trips, not four. The first statement that writes or locks
-begins the transaction as usual.
+On PostgreSQL psycopg sends ``BEGIN`` before a transaction's first
+statement, a round trip of its own, and ``COMMIT`` after its last, another.
+A service whose first statements only read, and whose writes are all held
+to its end (rows, ``sql.insert``; notices, ``with_commit``), sends them in
+the round trips it makes anyway: its reads go in psycopg's pipeline mode
+behind a ``BEGIN`` of its own (``with_begin``; psycopg's own would wait
+for its answer), and its one closing statement (``closing``: the rows and
+the notices) goes with the ``COMMIT`` and the pipeline's sync. One
+transaction, two round trips: a start of a namespace with no start quota
+and no keys, where it was four. Any other statement first leaves the
+pipeline (its sync, the round trip the ``BEGIN`` took before), and it and
+all that follows run as in any transaction.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +59,19 @@ class _Scope:
     read: dict[str, Any] = field(default_factory=dict)
     # calls made with the COMMIT, in one round trip (``with_commit``)
     last: list[tuple[str, list]] = field(default_factory=list)
+    # the pipeline its first reads went in, with its BEGIN (``with_begin``)
+    pipelined: _Pipelined | None = None
+
+
+@dataclass
+class _Pipelined:
+    """A transaction begun in psycopg's pipeline mode, its ``BEGIN`` queued
+    by us with its first reads (``with_begin``)."""
+
+    raw: Any  # the psycopg connection
+    pipeline: ExitStack
+    # statements sent now go in the pipeline: its reads, or its closing statement
+    sending: bool = True
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("nodeflow_transaction_scope", default=None)
@@ -78,6 +93,13 @@ def outermost() -> Iterator[None]:
                 _flush_pending(scope)
                 if scope.last:
                     _send_last(scope.last)
+                if scope.pipelined is not None:  # it only read
+                    with closing():
+                        pass
+            except BaseException as exc:
+                if scope.pipelined is not None:  # Django then rolls back what was sent
+                    _leave_pipeline(scope, exc)
+                raise
             finally:
                 _scope.reset(token)
         committed = True
@@ -182,19 +204,18 @@ def take_with_commit() -> tuple[str, list]:
 def _send_last(calls: list[tuple[str, list]]) -> None:
     """The calls of ``with_commit``, and on PostgreSQL the COMMIT with
     them: one request in the simple protocol (the parameters bound in the
-    client), so the commit costs no round trip of its own; or, when the
-    transaction has not begun (``unbegun``), the calls alone, on their own.
-    Django's commit that follows finds the session idle and sends nothing
-    (psycopg commits only a transaction in progress); a failed COMMIT (a
-    deferred foreign key) raises here, inside the block, which Django then
-    ends as it would any error: nothing was written. A block that is a
-    savepoint in a caller's transaction (a test case's) keeps its own end.
-    (A transaction Django must roll back refuses every statement, this one
-    too.)"""
+    client), so the commit costs no round trip of its own. Django's commit
+    that follows finds the session idle and sends nothing (psycopg commits only a
+    transaction in progress); a failed COMMIT (a deferred foreign key)
+    raises here, inside the block, which Django then ends as it would any
+    error: nothing was written. A block that is a savepoint in a caller's
+    transaction (a test case's) keeps its own end. (A transaction Django
+    must roll back refuses every statement, this one too.) In a transaction
+    begun in pipeline mode, they are its closing statement."""
     text = "SELECT " + ", ".join(call for call, _ in calls)
     params = [value for _, values in calls for value in values]
-    if unbegun():
-        with on_its_own(), connection.cursor() as cursor:
+    if pipelined():
+        with closing(), connection.cursor() as cursor:
             cursor.execute(text, params)
         return
     # The transaction itself, not a savepoint in one.
@@ -203,63 +224,128 @@ def _send_last(calls: list[tuple[str, list]]) -> None:
         cursor.execute(f"{text}; COMMIT" if fold else text, params)
 
 
+@contextmanager
+def with_begin() -> Iterator[None]:
+    """The block's reads go with this ``outermost()`` transaction's
+    ``BEGIN``, if it has not begun (PostgreSQL, nothing sent yet, nothing
+    held to send): in pipeline mode, behind a ``BEGIN`` that does not wait
+    for its answer (see the module's docstring). Otherwise the block runs
+    in the transaction as usual. Only reads whose rows are fetched belong
+    in it (the fetch raises their errors; a statement not fetched would
+    raise its error later); the next statement that is not the
+    transaction's closing one leaves the pipeline first."""
+    scope = _scope.get()
+    raw = None if scope is None or scope.last or _holds(scope) else _idle_connection()
+    if raw is None:
+        yield
+        return
+    assert scope is not None
+    pipeline = ExitStack()
+    raw.autocommit = True  # the BEGIN is ours: psycopg's would sync
+    pipeline.enter_context(raw.pipeline())
+    state = scope.pipelined = _Pipelined(raw, pipeline)
+    _queue(raw, b"BEGIN")
+    wrappers = connection.execute_wrappers  # the connection's own list
+    if _leave_pipeline_first not in wrappers:
+        wrappers.insert(0, _leave_pipeline_first)  # first: a Django execute_wrapper block removes the last
+        after(lambda _committed: _unwrap(wrappers))
+    try:
+        yield
+    finally:
+        state.sending = False
+
+
+def pipelined() -> bool:
+    """Whether this ``outermost()`` transaction runs in the pipeline its
+    reads began it in (``with_begin``): its closing statement
+    (``closing``) then ends it."""
+    scope = _scope.get()
+    return scope is not None and scope.pipelined is not None
+
+
+@contextmanager
+def closing() -> Iterator[None]:
+    """The block's statements are the last of this ``outermost()``
+    transaction: in the pipeline its reads began it in, they go in it with
+    its ``COMMIT``, and the pipeline's sync sends them all (and raises any
+    error of theirs). Otherwise they go as any statement."""
+    scope = _scope.get()
+    state = None if scope is None else scope.pipelined
+    if scope is None or state is None:
+        yield
+        return
+    state.sending = True
+    try:
+        yield
+        _queue(state.raw, b"COMMIT")
+    except BaseException as exc:
+        _leave_pipeline(scope, exc)
+        raise
+    _leave_pipeline(scope)
+
+
+def _queue(raw, command: bytes) -> None:
+    """Queue ``command`` in the connection's pipeline, as psycopg queues its
+    own ``BEGIN`` and ``COMMIT`` there (``_exec_command``: pinned psycopg's
+    private API; a cursor's ``execute`` cost a cursor and a send each)."""
+    with connection.wrap_database_errors, raw.lock:
+        raw.wait(raw._exec_command(command))
+
+
+def _leave_pipeline(scope: _Scope, exc: BaseException | None = None) -> None:
+    """Sync and leave pipeline mode, raising any error of what it sent
+    (unless ``exc`` is on its way). The transaction stays open unless its
+    ``COMMIT`` went; the connection is left to Django's setting once idle."""
+    state, scope.pipelined = scope.pipelined, None
+    assert state is not None
+    try:
+        with connection.wrap_database_errors:
+            if exc is None:
+                state.pipeline.close()
+            else:
+                state.pipeline.__exit__(type(exc), exc, exc.__traceback__)
+    finally:
+        if not state.raw.closed and state.raw.info.transaction_status == _IDLE:
+            state.raw.autocommit = False  # Django's own setting: any later statement begins a transaction
+
+
+def _unwrap(wrappers: list) -> None:
+    if _leave_pipeline_first in wrappers:
+        wrappers.remove(_leave_pipeline_first)
+
+
+def _leave_pipeline_first(execute, statement, params, many, context):
+    """A statement that is neither a read of ``with_begin`` nor a closing
+    one leaves the pipeline first (its sync: the round trip the ``BEGIN``
+    took before), and it and the rest run as in any transaction."""
+    scope = _scope.get()
+    if scope is not None and scope.pipelined is not None and not scope.pipelined.sending:
+        _leave_pipeline(scope)
+    return execute(statement, params, many, context)
+
+
+def _holds(scope: _Scope) -> bool:
+    return any(gathered for gathered, _ in scope.pending.values())
+
+
 def _idle_connection():
     """The psycopg connection of this ``outermost()`` transaction while it
-    has sent nothing (PostgreSQL, idle, not in autocommit: the transaction
-    is Django's own and has not begun on the server); else None."""
-    if _scope.get() is None or connection.vendor != "postgresql":
+    has sent nothing (PostgreSQL with pipeline mode, idle, not in
+    autocommit: the transaction is Django's own and has not begun on the
+    server; a test case's has); else None."""
+    if connection.vendor != "postgresql":
         return None
     raw = connection.connection
-    if raw is None or raw.autocommit or raw.info.transaction_status != _IDLE:
+    if raw is None or raw.autocommit or raw.info.transaction_status != _IDLE or not _pipelines():
         return None
     return raw
 
 
-def unbegun() -> bool:
-    """Whether this ``outermost()`` transaction has not begun on the server:
-    PostgreSQL, nothing sent yet (no ``BEGIN``, no savepoint). A test
-    case's transaction, or any statement sent, has begun it."""
-    return _idle_connection() is not None
+@functools.cache
+def _pipelines() -> bool:
+    import psycopg
 
-
-@contextmanager
-def on_its_own() -> Iterator[None]:
-    """Statements in the block run on their own (autocommit), each its own
-    transaction, while this ``outermost()`` transaction has not begun
-    (``unbegun``); otherwise in it, as usual. For the one statement that
-    ends a service whose work it all is (``sql``'s held rows with the
-    ``with_commit`` calls), and for reads before it begins
-    (``before_begin``). Django's own state is not touched: its commit then
-    finds nothing to commit."""
-    raw = _idle_connection()
-    if raw is None:
-        yield
-        return
-    raw.autocommit = True
-    try:
-        yield
-    finally:
-        if not raw.closed and raw.info.transaction_status == _IDLE:
-            raw.autocommit = False
-
-
-@contextmanager
-def before_begin() -> Iterator[None]:
-    """Reads in the block (statements that neither write nor lock) run
-    before this ``outermost()`` transaction begins, on their own, if it has
-    not begun and holds nothing to send (no ``pending`` gathered, no
-    ``with_commit`` call): under READ COMMITTED a read inside the
-    transaction would take its own snapshot too, and it takes no lock that
-    a later statement relies on. The first statement that writes or locks
-    begins the transaction after the block. Otherwise the block runs in the
-    transaction, as usual. Only a caller that knows its block only reads
-    may use it: a write in it would commit at once."""
-    scope = _scope.get()
-    if scope is None or scope.last or any(gathered for gathered, _ in scope.pending.values()):
-        yield
-        return
-    with on_its_own():
-        yield
+    return psycopg.Pipeline.is_supported()
 
 
 def pending(name: str, flush: Callable[[dict[Any, Any]], None], *, last: bool = False) -> dict[Any, Any] | None:

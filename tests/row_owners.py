@@ -31,7 +31,7 @@ OWNERS = {
 }
 _WRITE = re.compile(r'\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(' + "|".join(OWNERS) + r')"?[\s(]', re.IGNORECASE)
 # Project files that only carry a statement for their caller.
-_CARRIERS = {"executions/sql.py"}
+_CARRIERS = {"executions/sql.py", "nodeflow/transactions.py"}
 # Sends rows held (and checked) earlier, before another module's statement.
 _SENDS_HELD = {("executions/sql.py", "_send_held"), ("executions/sql.py", "_close_held")}
 
