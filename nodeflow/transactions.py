@@ -15,7 +15,9 @@ queue it made ready, less those it leased itself), and ``after`` is told
 once it has ended whether it committed: a ContextVar set and reset around
 the block, whether it commits or rolls back, so no stale key outlives a
 rollback. Only Django's public API is used, and psycopg's for a
-transaction whose first reads go with its ``BEGIN`` (``with_begin``).
+transaction whose first reads go with its ``BEGIN`` (``with_begin``): its
+pipeline mode, and its private ``_exec_command`` to queue that ``BEGIN``
+and the ``COMMIT`` (psycopg is pinned).
 
 On PostgreSQL psycopg sends ``BEGIN`` before a transaction's first
 statement, a round trip of its own, and ``COMMIT`` after its last, another.
@@ -180,9 +182,9 @@ def with_commit(call: str, params: list) -> bool:
     """Make ``call`` (an expression evaluated for what it does and returning
     nothing the caller needs: ``pg_notify(%s, %s)``) at the end of this
     ``outermost()`` transaction, after every ``pending`` flush, in the same
-    round trip as its ``COMMIT`` (PostgreSQL), or in its one statement on
-    its own (``take_with_commit``). False outside one: the caller makes it
-    itself."""
+    round trip as its ``COMMIT`` (PostgreSQL): as a statement of their own,
+    or in a closing statement that takes them (``take_with_commit``).
+    False outside one: the caller makes it itself."""
     scope = _scope.get()
     if scope is None:
         return False
@@ -193,7 +195,7 @@ def with_commit(call: str, params: list) -> bool:
 def take_with_commit() -> tuple[str, list]:
     """The calls of ``with_commit`` not yet made, as one select list and
     its parameters, taken from this transaction: the caller makes them in
-    the statement that ends it (``sql``'s held rows, sent on their own)."""
+    the statement that ends it (``sql``'s held rows, a closing statement)."""
     scope = _scope.get()
     if scope is None or not scope.last:
         return "", []
@@ -205,13 +207,14 @@ def _send_last(calls: list[tuple[str, list]]) -> None:
     """The calls of ``with_commit``, and on PostgreSQL the COMMIT with
     them: one request in the simple protocol (the parameters bound in the
     client), so the commit costs no round trip of its own. Django's commit
-    that follows finds the session idle and sends nothing (psycopg commits only a
-    transaction in progress); a failed COMMIT (a deferred foreign key)
-    raises here, inside the block, which Django then ends as it would any
-    error: nothing was written. A block that is a savepoint in a caller's
-    transaction (a test case's) keeps its own end. (A transaction Django
-    must roll back refuses every statement, this one too.) In a transaction
-    begun in pipeline mode, they are its closing statement."""
+    that follows finds the session idle and sends nothing (psycopg commits
+    only a transaction in progress); a failed COMMIT (a deferred foreign
+    key) raises here, inside the block, which Django then ends as it would
+    any error: nothing was written. A block that is a savepoint in a
+    caller's transaction (a test case's) keeps its own end. (A transaction
+    Django must roll back refuses every statement, this one too.) In a
+    transaction still in the pipeline its reads began it in, they are its
+    closing statement."""
     text = "SELECT " + ", ".join(call for call, _ in calls)
     params = [value for _, values in calls for value in values]
     if pipelined():
@@ -330,10 +333,11 @@ def _holds(scope: _Scope) -> bool:
 
 def _idle_connection():
     """The psycopg connection of this ``outermost()`` transaction while it
-    has sent nothing (PostgreSQL with pipeline mode, idle, not in
-    autocommit: the transaction is Django's own and has not begun on the
-    server; a test case's has); else None."""
-    if connection.vendor != "postgresql":
+    has sent nothing (PostgreSQL with pipeline mode; the outermost atomic
+    block the service's own, durable one, not a test case's; idle, not in
+    autocommit: Django's transaction has not begun on the server); else
+    None."""
+    if connection.vendor != "postgresql" or not connection.atomic_blocks[0].durable:
         return None
     raw = connection.connection
     if raw is None or raw.autocommit or raw.info.transaction_status != _IDLE or not _pipelines():
