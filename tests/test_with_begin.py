@@ -3,15 +3,14 @@
 a start that locks nothing sends its ``BEGIN`` with its read, then its
 rows and its ready notice as one statement with its ``COMMIT`` (psycopg's
 pipeline mode): two round trips, one commit. Any other statement first
-leaves the pipeline, and the transaction goes on as before. What is sent is read off libpq's own trace of the
-connection, not off Django's query log (which logs a ``BEGIN`` for every
-atomic block, sent or not)."""
+leaves the pipeline, and the transaction goes on as before. What is sent
+is read off libpq's own trace of the connection, not off Django's query
+log (which logs a ``BEGIN`` for every atomic block, sent or not)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
 import re
 import tempfile
 import uuid
@@ -22,8 +21,8 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from executions import attempts, notify, runs
-from executions.models import DecideRequest, Execution, Task
+from executions import attempts, notify
+from executions.models import Execution, Task
 from nodeflow import transactions
 from tests.engine_helpers import complete, poll_one, register, simple, start
 from tools import stack as tools_stack
@@ -193,9 +192,8 @@ def test_a_notice_alone_closes_the_transaction(warm):
 def test_a_service_that_only_reads_commits_with_the_sync(warm):
     with traced() as sent, transactions.outermost(), transactions.with_begin():
         assert Execution.objects.count() == 3
-    assert sent.transaction_control() == ["BEGIN", "COMMIT"] and sent.round_trips() == 2, (
-        sent
-    )  # the read's flush, the sync
+    # The read's flush; the COMMIT with the sync.
+    assert sent.transaction_control() == ["BEGIN", "COMMIT"] and sent.round_trips() == 2, sent
     assert connection.get_autocommit() and connection.connection.autocommit
 
 
@@ -212,22 +210,25 @@ def test_an_error_after_the_reads_leaves_the_connection_usable(warm):
 
 
 def test_a_read_with_begin_after_rows_are_held_runs_in_the_transaction(warm):
-    """Once something waits to be sent, a read goes in the transaction:
-    the rows held are sent before it, and are not committed when the
-    service then fails."""
+    """Once rows wait to be sent, a read goes in the transaction as any
+    statement does: the rows held are sent before it, and are not
+    committed when the service then fails."""
 
     class Failed(Exception):
         pass
 
-    missing = uuid.uuid4()
+    held = copy.copy(Task.objects.first())
+    held.id, held.path, held._state.adding = uuid.uuid4(), "held", True
     with traced() as sent, pytest.raises(Failed), transactions.outermost():
-        runs.request_decision(missing, now=dt.datetime.now(dt.UTC), here=False)
+        attempts.insert([held])
         with transactions.with_begin():
             Execution.objects.count()
         assert not transactions.pipelined()
         raise Failed  # the service fails: nothing it held may stay
     assert sent.transaction_control() == ["BEGIN", "ROLLBACK"], sent
-    assert not DecideRequest.objects.filter(execution_id=missing).exists()
+    inserted, read = sent.texts()[1:3]  # after psycopg's BEGIN
+    assert inserted.startswith('INSERT INTO "executions_task"') and read.startswith("SELECT COUNT(*)"), sent
+    assert not Task.objects.filter(pk=held.id).exists()
 
 
 def test_a_write_after_the_reads_leaves_the_pipeline(warm):
