@@ -27,8 +27,8 @@ the round trips it makes anyway: its reads go in psycopg's pipeline mode
 behind a ``BEGIN`` of its own (``with_begin``; psycopg's own would wait
 for its answer), and its one closing statement (``closing``: the rows and
 the notices) goes with the ``COMMIT`` and the pipeline's sync. One
-transaction, two round trips: a start of a namespace with no start quota
-and no keys, where it was four. Any other statement first leaves the
+transaction, two round trips: a start that locks nothing (no start quota,
+no workflow limit, no idempotency or admission key), where it was four. Any other statement first leaves the
 pipeline (its sync, the round trip the ``BEGIN`` took before), and it and
 all that follows run as in any transaction.
 """
