@@ -519,10 +519,10 @@ def _send_held_first(execute, statement, params, many, context):
     return execute(statement, params, many, context)
 
 
-def _send_held(held: Held) -> None:
+def _send_held(held: Held, then: tuple[str, list] = ("", [])) -> None:
     rows = dict(held)
     held.clear()  # sent, or failed: either way no longer held
-    _send_rows(rows)
+    _send_rows(rows, then)
 
 
 def _close_held(held: Held) -> None:
@@ -533,13 +533,8 @@ def _close_held(held: Held) -> None:
     ``COMMIT``: one round trip. Otherwise, or when they need more than one
     statement, as any held rows go."""
     if transactions.pipelined() and _parameters(held) <= _limit():
-        calls, call_params = transactions.take_with_commit()
-        rows = dict(held)
-        held.clear()
-        shape = tuple((model, len(values)) for model, values in rows.items())
-        params = [value for values in rows.values() for row in values for value in row]
         with transactions.closing():
-            _execute_insert(shape, params + call_params, then=calls)
+            _send_held(held, then=transactions.take_with_commit())
         return
     _send_held(held)
 
@@ -554,10 +549,11 @@ def _limit() -> int:
     return min(MAX_STATEMENT_PARAMETERS, _db().features.max_query_params or MAX_STATEMENT_PARAMETERS)
 
 
-def _send_rows(rows: Held) -> None:
+def _send_rows(rows: Held, then: tuple[str, list] = ("", [])) -> None:
     """Insert ``rows`` (model → each row's values, in column order): one
     statement, or as few as keep each within ``MAX_STATEMENT_PARAMETERS``
-    (and the database's own limit)."""
+    (and the database's own limit); the last one ends with ``then``'s
+    select list and its parameters (``_insert_statement``)."""
     limit = _limit()
     shape: list[tuple[type[models.Model], int]] = []
     params: list[Any] = []
@@ -573,7 +569,8 @@ def _send_rows(rows: Held) -> None:
             for row in piece:
                 params += row
     if shape:
-        _execute_insert(shape, params)
+        calls, call_params = then
+        _execute_insert(shape, params + call_params, then=calls)
 
 
 def _execute_insert(shape: Sequence[tuple[type[models.Model], int]], params: list[Any], *, then: str = "") -> None:

@@ -28,9 +28,10 @@ behind a ``BEGIN`` of its own (``with_begin``; psycopg's own would wait
 for its answer), and its one closing statement (``closing``: the rows and
 the notices) goes with the ``COMMIT`` and the pipeline's sync. One
 transaction, two round trips: a start that locks nothing (no start quota,
-no workflow limit, no idempotency or admission key), where it was four. Any other statement first leaves the
-pipeline (its sync, the round trip the ``BEGIN`` took before), and it and
-all that follows run as in any transaction.
+no workflow limit, no idempotency or admission key), where it was four.
+Any other statement first leaves the pipeline (its sync, the round trip
+the ``BEGIN`` took before), and it and all that follows run as in any
+transaction.
 """
 
 from __future__ import annotations
@@ -200,6 +201,11 @@ def take_with_commit() -> tuple[str, list]:
     if scope is None or not scope.last:
         return "", []
     calls, scope.last = scope.last, []
+    return _joined(calls)
+
+
+def _joined(calls: list[tuple[str, list]]) -> tuple[str, list]:
+    """``with_commit``'s calls as one select list and its parameters."""
     return ", ".join(call for call, _ in calls), [value for _, values in calls for value in values]
 
 
@@ -215,8 +221,8 @@ def _send_last(calls: list[tuple[str, list]]) -> None:
     Django must roll back refuses every statement, this one too.) In a
     transaction still in the pipeline its reads began it in, they are its
     closing statement."""
-    text = "SELECT " + ", ".join(call for call, _ in calls)
-    params = [value for _, values in calls for value in values]
+    select, params = _joined(calls)
+    text = f"SELECT {select}"
     if pipelined():
         with closing(), connection.cursor() as cursor:
             cursor.execute(text, params)
