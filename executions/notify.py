@@ -46,9 +46,13 @@ from nodeflow import transactions
 
 log = logging.getLogger(__name__)
 
-# One channel per kind of listener, so a process hears only what it waits
-# for: every notification a listening session receives costs it a (read-only)
-# transaction in PostgreSQL.
+# One channel per kind of listener, so a process relays only what it waits
+# for. That does not spare the database: PostgreSQL signals every session
+# listening in the database at each commit that sends notifications,
+# whatever their channel, and each reads them in a (read-only) transaction
+# of its own (docs/performance.md, session 29). Hence a process listens to
+# the task channel only while it has pollers, and a transaction's notices
+# go in one statement with its commit.
 TASKS_CHANNEL = "nodeflow_tasks"
 SYSTEM_CHANNEL = "nodeflow_system"
 DECIDE_KEY = "decide"
