@@ -63,8 +63,8 @@ from tools.stack import PYTHON, ROOT, with_database
 
 TASK = "bench_task"
 # PostgreSQL 15 flushes an idle backend's statistics (its commit count) within
-# 10 s of its last statement; a listening session's reads of notices, made
-# while it is idle, only when it next runs a statement or exits.
+# 10 s of its last statement; a listening session's reads of notices made
+# later, while it stays idle, only at its next statement or its exit.
 STATS_FLUSH_S = float(os.environ.get("BENCH_STATS_FLUSH_S", "11"))
 IDLE_WINDOW_S = float(os.environ.get("BENCH_IDLE_WINDOW_S", "10"))
 # A stopped session's statistics are written as it exits; a moment for the last to go.
@@ -365,9 +365,10 @@ class Bench:
         flushed its statistics (PostgreSQL holds an idle backend's for up
         to 10 s), the second with the shape stopped. A session listening
         for notices reads each in a transaction of its own while idle, and
-        PostgreSQL counts those only when that session next runs a
-        statement or exits: the system-task role's listener never runs one,
-        so read while the shape runs, its reads went uncounted. The shape
+        PostgreSQL counts those made more than 10 s after the session's
+        last statement only at its next statement or its exit: the
+        system-task role's listener runs none after its ``LISTEN``, so read
+        while the shape runs, its reads went uncounted. The shape
         is left stopped; the caller starts it again. The shape's idle
         commits/s are measured first (the worker stopped: the roles'
         ticks), and the idle wait after the run is taken off at that rate;
