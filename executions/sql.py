@@ -496,17 +496,8 @@ def _held(db) -> Held | None:
     if db.vendor != "postgresql" or not transactions.active():
         return None
     held = transactions.pending(HELD, _close_held, last=True)
-    if _send_held_first not in db.execute_wrappers:
-        # First, not last: Django's ``execute_wrapper`` block removes the
-        # last wrapper when it ends, which must stay its own.
-        db.execute_wrappers.insert(0, _send_held_first)
-        transactions.after(lambda _committed: _stop_holding(db))
+    transactions.wrap_statements(_send_held_first)
     return held
-
-
-def _stop_holding(db) -> None:
-    if _send_held_first in db.execute_wrappers:
-        db.execute_wrappers.remove(_send_held_first)
 
 
 def _send_held_first(execute, statement, params, many, context):

@@ -254,10 +254,7 @@ def with_begin() -> Iterator[None]:
     pipeline.enter_context(raw.pipeline())
     state = scope.pipelined = _Pipelined(raw, pipeline)
     _queue(raw, b"BEGIN")
-    wrappers = connection.execute_wrappers  # the connection's own list
-    if _leave_pipeline_first not in wrappers:
-        wrappers.insert(0, _leave_pipeline_first)  # first: a Django execute_wrapper block removes the last
-        after(lambda _committed: _unwrap(wrappers))
+    wrap_statements(_leave_pipeline_first)
     try:
         yield
     finally:
@@ -318,9 +315,21 @@ def _leave_pipeline(scope: _Scope, exc: BaseException | None = None) -> None:
             state.raw.autocommit = False  # Django's own setting: any later statement begins a transaction
 
 
-def _unwrap(wrappers: list) -> None:
-    if _leave_pipeline_first in wrappers:
-        wrappers.remove(_leave_pipeline_first)
+def wrap_statements(wrapper: Callable[..., Any]) -> None:
+    """Have ``wrapper`` (a Django execute wrapper) see every statement of
+    this ``outermost()`` transaction's connection until the transaction
+    ends, once however often asked. First of the connection's wrappers: a
+    Django ``execute_wrapper`` block removes the last one when it ends."""
+    wrappers = connection.execute_wrappers  # the connection's own list
+    if wrapper in wrappers:
+        return
+    wrappers.insert(0, wrapper)
+
+    def unwrap(_committed: bool) -> None:
+        if wrapper in wrappers:
+            wrappers.remove(wrapper)
+
+    after(unwrap)
 
 
 def _leave_pipeline_first(execute, statement, params, many, context):

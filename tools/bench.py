@@ -305,14 +305,20 @@ class Bench:
             "loadAverage": round(os.getloadavg()[0], 2),
         }
 
+    def connect(self, shape: Shape) -> tuple[Client, workloads.Observer, workloads.Workloads]:
+        """A client of the shape, the observer of its runs and the workloads
+        driven through them."""
+        assert self.workers is not None
+        client = self.client(shape)
+        observer = workloads.make_observer(self.observe, database_url=self.database_url, client=client)
+        return client, observer, workloads.Workloads(client, observer, self.workers, shape.stack.url, out=self.out)
+
     def shape_workloads(self, shape: Shape) -> dict:
         """Workloads A and B, dispatch (and for production the fork, (c)
         and (c')) on one running shape; A end to end's commits per task
         (``end_to_end_with_commits``) and the shape's idle commits/s."""
         assert self.workers is not None
-        client = self.client(shape)
-        observer = workloads.make_observer(self.observe, database_url=self.database_url, client=client)
-        run = workloads.Workloads(client, observer, self.workers, shape.stack.url, out=self.out)
+        client, observer, run = self.connect(shape)
         figures: dict = {}
         try:
             shape.start()
@@ -328,9 +334,7 @@ class Bench:
             # started again, through new connections.
             observer.close()
             client.close()
-            client = self.client(shape)
-            observer = workloads.make_observer(self.observe, database_url=self.database_url, client=client)
-            run = workloads.Workloads(client, observer, self.workers, shape.stack.url, out=self.out)
+            client, observer, run = self.connect(shape)
             shape.start()
             run.warm_up()
             figures["aDrain"] = run.a_drain(workloads.N_TASKS)
