@@ -61,7 +61,7 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
     # Registered before looking, so a wake-up between the look and the wait
     # is not lost. A ready task wakes one parked poller (notify.Parked); a
     # freed slot or permit, every poller waiting on its key.
-    event = threading.Event()
+    event = notify.parked.waiter()
     ask = _Ask(namespace.id, queue, worker_id, count)
     poller = notify.parked.begin(queue_key, time.time() + wait_s, event, ask)
     try:
@@ -73,15 +73,16 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
             for key in keys:
                 notify.hub.attach(key, event)
             park, leave = notify.parked.notices(poller)
+            epoch = notify.parked.epoch(queue_key)
             known_empty = 0.0  # for how long a look would find nothing, as far as this process knows
-            if not (park or leave) and (not listens or notify.hears_tasks()):
+            if not (park or leave) and (not listens or notify.hears_ready()):
                 known_empty = notify.parked.known_empty(queue_key, recheck)
-            lease = attempts.Lease([]) if known_empty else _look(queue_key, count, look, park, leave)
+            lease = attempts.Lease([]) if known_empty else _look(queue_key, epoch, count, look, park, leave)
             remaining = give_up - time.monotonic()
             if lease.tasks or remaining <= 0:
                 return metrics.polled(namespace.id, queue, lease.tasks)
             if not park:  # no other process to tell (or it is listed already): listed here
-                late = notify.parked.park(poller)
+                late = notify.parked.park(poller, epoch)
                 if late:  # another process began to listen meanwhile: tell it after all
                     notify.announce(late)
             event.wait(min(remaining, known_empty or recheck, _next_window_in(lease)))
@@ -98,11 +99,12 @@ def poll(*, namespace: Namespace, queue: str, worker_id: str, count: int, wait_s
 
 
 def _look(
-    queue_key: str, count: int, look: Callable[[str, str], attempts.Lease], park: str, leave: str
+    queue_key: str, epoch: notify.Epoch, count: int, look: Callable[[str, str], attempts.Lease], park: str, leave: str
 ) -> attempts.Lease:
-    """A long-poll's look; one of a queue without controls that leases
-    fewer tasks than asked marks it empty (``notify.Parked.known_empty``)."""
-    epoch, looked_at = notify.parked.epoch(queue_key), time.monotonic()
+    """A long-poll's look (``epoch`` read before it); one of a queue
+    without controls that leases fewer tasks than asked marks it empty
+    (``notify.Parked.known_empty``)."""
+    looked_at = time.monotonic()
     lease = look(park, leave)
     if len(lease.tasks) < count and (lease.gate is None or not lease.gate.controls.any):
         notify.parked.saw_empty(queue_key, epoch, looked_at)

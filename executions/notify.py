@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from django.db import connection, transaction
 
+from executions import host_wake
 from nodeflow import transactions
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,10 @@ def _send_ready(ready: dict[str, int]) -> None:
     _meet(ready)  # less what it handed to this process's parked pollers
     if not ready:
         return
+    if host_wake.enabled():  # through the host, not a notice every listening session reads
+        made_ready = dict(ready)
+        transaction.on_commit(lambda: host_wake.wake(made_ready))
+        return
     notices = [f"{READY}{key}|{count}|{PROCESS}.{next(_sent)}" for key, count in ready.items()]
     if connection.vendor == "postgresql":
         announce(*notices, with_commit=True)  # heard by every listener, this process's too, in commit order
@@ -318,7 +323,8 @@ def _meet(ready: dict[str, int]) -> None:
 READY, PARK, LEAVE, CENSUS, HERE, UNLISTENED = "r|", "p|", "l|", "c|", "h|", "u|"
 _PARKED_NOTICES = frozenset({READY, PARK, LEAVE, UNLISTENED})
 PROCESS = f"{os.getpid()}-{secrets.token_hex(3)}"
-Epoch = tuple[int, int]  # (generation, ready notices heard of one queue key)
+Epoch = tuple[int, int]  # (generation, ready notices heard of one queue key, or its host mark)
+PollEvent = threading.Event | host_wake.Waiter  # what a long-poll waits on (``Parked.waiter``)
 _MAX_KEYS = 10_000  # queue keys counted and marked empty, at most
 _sent = itertools.count()
 _pollers = itertools.count()
@@ -334,7 +340,7 @@ def _set_event() -> threading.Event:
 class _Poller:
     key: str
     until: float  # time.time() it gives up by
-    event: threading.Event | None = None  # this process's pollers only
+    event: PollEvent | None = None  # this process's pollers only
     woken: bool = False  # picked for a ready notice (no longer listed anywhere)
     ask: Any = None  # what a sync match leases for it (``on_sync_match``); this process's pollers only
     parked: bool = False  # waiting (between ``park`` and ``unpark``): it may be matched
@@ -369,7 +375,13 @@ class Parked:
         self._empty: dict[str, tuple[Epoch, float]] = {}
 
     # --- this process's pollers ------------------------------------------
-    def begin(self, key: str, until: float, event: threading.Event, ask: Any = None) -> str:
+    @staticmethod
+    def waiter() -> PollEvent:
+        """What a poll waits on: with host-local wake-ups a socket that any
+        process of the host can wake, else an event of this process."""
+        return host_wake.Waiter() if host_wake.enabled() else threading.Event()
+
+    def begin(self, key: str, until: float, event: PollEvent, ask: Any = None) -> str:
         """A poll of ``key`` that may park; its id names it in the notices.
         ``ask``: what a sync match leases for it (None: it is never matched)."""
         poller_id = f"{PROCESS}.{next(_pollers)}"
@@ -378,15 +390,22 @@ class Parked:
             self.wanted.set()
         return poller_id
 
-    def park(self, poller_id: str) -> str:
+    def park(self, poller_id: str, epoch: Epoch) -> str:
         """List a poller of this process directly (SQLite, or no other
         process listening: no notices). Should another process have begun
         to listen since the poller looked (its census answered without this
         poller, not listed yet), it is not listed here: the park notice
-        to send instead, which lists it everywhere."""
+        to send instead, which lists it everywhere. With host-local
+        wake-ups it is listed in the host's registry, and set at once if
+        its queue was marked ready since ``epoch`` (read before it looked)."""
         with self._lock:
             poller = self._local.get(poller_id)
             if poller is None:
+                return ""
+            if isinstance(poller.event, host_wake.Waiter):
+                poller.event.park(poller.key)
+                if self._epoch(poller.key) != epoch:
+                    poller.event.set()  # made ready meanwhile: look again
                 return ""
             if self._others and poller_id not in self._listed.get(poller.key, {}):
                 return poller.park_notice(poller_id)
@@ -401,7 +420,7 @@ class Parked:
         is none, or while another process listens (its list would go stale)."""
         now = time.time()
         with self._lock:
-            if self._others:
+            if self._others or host_wake.enabled():
                 return None
             listed = self._listed.get(key, {})
             for poller_id, poller in listed.items():
@@ -440,6 +459,8 @@ class Parked:
             if poller is None:
                 return []
             poller.parked = False
+            if isinstance(poller.event, host_wake.Waiter) and not poller.event.unpark():
+                self._empty.pop(poller.key, None)  # woken for a task: look, whatever the mark says
         if not poller.settled.wait(wait_s):
             # Its lease, if that transaction commits, runs out and the task is offered again.
             log.warning("a sync match's transaction did not end within %.0f s; the poll answers without it", wait_s)
@@ -454,6 +475,8 @@ class Parked:
             poller = self._local.pop(poller_id, None)
             if poller is not None:
                 self._listed.get(poller.key, {}).pop(poller_id, None)
+                if isinstance(poller.event, host_wake.Waiter):
+                    poller.event.close()
             if not self._local:
                 self._idle_since = time.monotonic()
 
@@ -489,7 +512,7 @@ class Parked:
             poller.woken, poller.until = False, until
             listed[poller_id] = poller
 
-    def ready(self, key: str, count: int) -> list[threading.Event]:
+    def ready(self, key: str, count: int) -> list[PollEvent]:
         """Pick up to ``count`` pollers of ``key``, longest parked first
         (the same in every process); the events of this process's picks.
         Were fewer listed than tasks made ready, this process's pollers of
@@ -530,7 +553,7 @@ class Parked:
         tell: both are '', and the poller is listed here (``park``)."""
         with self._lock:
             poller = self._local.get(poller_id)
-            if poller is None or not self._others:
+            if poller is None or not self._others or isinstance(poller.event, host_wake.Waiter):
                 return "", ""
             listed = poller_id in self._listed.get(poller.key, {})
         park = "" if listed else poller.park_notice(poller_id)
@@ -542,7 +565,10 @@ class Parked:
             return sum(1 for poller in self._local.values() if poller.key == key and poller.parked)
 
     def listed(self, key: str) -> int:
-        """How many pollers of ``key`` are listed (every process's, as heard here)."""
+        """How many pollers of ``key`` are listed (every process's, as heard
+        here; with host-local wake-ups, as the host's registry lists them)."""
+        if host_wake.enabled():
+            return host_wake.parked(key)
         with self._lock:
             return len(self._listed.get(key, {}))
 
@@ -607,13 +633,20 @@ class Parked:
     def epoch(self, key: str) -> Epoch:
         """Read before a look; ``saw_empty`` takes it back."""
         with self._lock:
-            return self._generation, self._readies.get(key, 0)
+            return self._epoch(key)
+
+    def _epoch(self, key: str) -> Epoch:
+        """The ready notices heard of ``key``; with host-local wake-ups,
+        when the host last marked it ready (``host_wake.mark``)."""
+        if host_wake.enabled():
+            return self._generation, host_wake.mark(key)
+        return self._generation, self._readies.get(key, 0)
 
     def saw_empty(self, key: str, epoch: Epoch, looked_at: float) -> None:
         """A look that began at ``epoch`` (and ``looked_at``, time.monotonic())
         found nothing more to lease of ``key``."""
         with self._lock:
-            if epoch == (self._generation, self._readies.get(key, 0)):
+            if epoch == self._epoch(key):
                 if len(self._empty) > _MAX_KEYS:
                     self._empty.clear()
                 self._empty[key] = (epoch, looked_at)
@@ -624,7 +657,7 @@ class Parked:
         notice of it has been heard since."""
         with self._lock:
             mark = self._empty.get(key)
-            if mark is None or mark[0] != (self._generation, self._readies.get(key, 0)):
+            if mark is None or mark[0] != self._epoch(key):
                 return 0.0
             return max(0.0, trust_s - (time.monotonic() - mark[1]))
 
@@ -753,6 +786,13 @@ def hears_tasks() -> bool:
     """Whether this process's listener listens to the task channel now."""
     listener = _listeners.get(TASKS_CHANNEL)
     return listener is not None and listener.listening.is_set()
+
+
+def hears_ready() -> bool:
+    """Whether this process learns of every task made ready on PostgreSQL:
+    its listener listens to the task channel, or ready tasks are marked on
+    the host (``host_wake``)."""
+    return host_wake.enabled() or hears_tasks()
 
 
 def stop_listeners() -> None:

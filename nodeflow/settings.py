@@ -250,6 +250,14 @@ NODE_FLOW_DECISION_SECONDS = env.float("NODE_FLOW_DECISION_SECONDS", default=0.2
 # that cannot carry prepared statements (PgBouncer in transaction mode
 # before 1.21, or without max_prepared_statements).
 NODE_FLOW_PREPARED_STATEMENTS = env.bool("NODE_FLOW_PREPARED_STATEMENTS", default=True)
+# Host-local wake-ups (executions/host_wake.py, PostgreSQL on Linux): a
+# task made ready wakes a long-poll parked in any server process of this
+# host through a registry under NODE_FLOW_HOST_WAKE_DIR (default /dev/shm)
+# and Unix datagram sockets, not a NOTIFY that every listening session pays
+# a transaction to read. Only where every server process of the database
+# runs on one host (or in one container): docs/deployment.md.
+NODE_FLOW_HOST_WAKE = env.bool("NODE_FLOW_HOST_WAKE", default=False)
+NODE_FLOW_HOST_WAKE_DIR = env("NODE_FLOW_HOST_WAKE_DIR", default="")
 # The garbage collector's thresholds in server processes (gc.set_threshold;
 # nodeflow/process.py): one to three integers, or empty for CPython's own.
 NODE_FLOW_GC_THRESHOLD = _gc_threshold(env("NODE_FLOW_GC_THRESHOLD", default="10000,10,10"))

@@ -137,18 +137,18 @@ def test_a_poller_parking_as_another_process_begins_to_listen_is_told_to_it():
     poller = parked.begin("k", time.time() + 60, threading.Event())
     assert parked.notices(poller) == ("", "")  # no one else listens: nothing to tell
     assert parked.heard_listener("other", census=True) == [notify.HERE + notify.PROCESS]  # not listed yet
-    late = parked.park(poller)
+    late = parked.park(poller, parked.epoch("k"))
     assert late.startswith(notify.PARK + poller + "|k|")
     assert parked.listed("k") == 0  # listed when its notice is heard, as in the other process
     parked.hear(late)
     assert parked.listed("k") == 1
-    assert parked.park(poller) == ""  # listed already: nothing more to say
+    assert parked.park(poller, parked.epoch("k")) == ""  # listed already: nothing more to say
 
 
 def test_a_poller_parked_before_the_census_is_in_its_answer():
     parked = notify.Parked()
     poller = parked.begin("k", time.time() + 60, threading.Event())
-    assert parked.park(poller) == ""
+    assert parked.park(poller, parked.epoch("k")) == ""
     answer = parked.heard_listener("other", census=True)
     assert [notice.split("|")[1] for notice in answer[1:]] == [poller]
 

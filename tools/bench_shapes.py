@@ -69,7 +69,9 @@ class Shape:
 
 def production(database_url: str) -> Shape:
     return Shape(
-        "production", "Node Flow, production (granian + roles)", Stack(database_url, env={"CONN_MAX_AGE": "600"})
+        "production",
+        "Node Flow, production (granian + roles)",
+        Stack(database_url, env={"CONN_MAX_AGE": "600", "NODE_FLOW_HOST_WAKE": "true"}),
     )
 
 

@@ -1,0 +1,168 @@
+"""Host-local wake-ups (executions/host_wake.py, PostgreSQL, NODE_FLOW_HOST_WAKE):
+a ready task wakes one poll parked in any process of the host, the longest
+parked first, through the host's registry and the poll's own socket, with
+no NOTIFY for any listening session to read; a poll that parks just after
+a start made its queue ready looks again; a dead poll's entry is skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from executions import attempts, dispatch, host_wake, lifecycle, notify
+from tests.procs.stack import PYTHON, ROOT, live_database_url
+from tests.test_one_wakeup import assert_one_wakeup_each
+from tests.wakeup_helpers import one_task_namespace, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+QUEUE = "solo"
+WAIT_S = 6.0
+
+
+@pytest.fixture
+def host(settings, tmp_path):
+    if connection.vendor != "postgresql":
+        pytest.skip("host-local wake-ups replace PostgreSQL's NOTIFY")
+    settings.NODE_FLOW_HOST_WAKE = True
+    settings.NODE_FLOW_HOST_WAKE_DIR = str(tmp_path)
+    assert host_wake.enabled()
+    return tmp_path
+
+
+@pytest.fixture
+def namespace(host):
+    return one_task_namespace(QUEUE)
+
+
+def test_a_wake_up_sets_the_longest_parked_waiter_only(host):
+    first, second = host_wake.Waiter(), host_wake.Waiter()
+    try:
+        first.park("k")
+        second.park("k")
+        assert host_wake.parked("k") == 2
+        before = host_wake.mark("k")
+        host_wake.wake({"k": 1})
+        assert host_wake.mark("k") == before  # a poll was woken for it: no one need look again
+        assert first.wait(2) and not second.wait(0.05)
+        assert first.unpark() is False  # the waker took it off the registry
+        assert second.unpark() is True and host_wake.parked("k") == 0
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_ready_task_no_poll_was_woken_for_marks_its_queue(host):
+    before = host_wake.mark("k")
+    host_wake.wake({"k": 1})
+    assert host_wake.mark("k") > before
+
+
+def test_a_dead_polls_entry_is_skipped_and_removed(host):
+    dead = host_wake.Waiter()
+    dead.park("k")
+    dead._socket.close()  # its process is gone: the file stays, the socket does not
+    live = host_wake.Waiter()
+    try:
+        live.park("k")
+        host_wake.wake({"k": 1})
+        assert live.wait(2)
+        assert host_wake.parked("k") == 0
+    finally:
+        live.close()
+
+
+def test_a_poll_parking_after_its_queue_was_marked_ready_looks_again(host):
+    """The look found nothing, then a start committed and its waker ran
+    before the poll listed itself (it found no one to wake): the mark moved
+    since the look began, so the poll is set at once."""
+    parked = notify.Parked()
+    waiter = parked.waiter()
+    assert isinstance(waiter, host_wake.Waiter)
+    poller = parked.begin("k", time.time() + 60, waiter)
+    try:
+        epoch = parked.epoch("k")
+        host_wake.wake({"k": 1})  # no one listed yet
+        assert parked.park(poller, epoch) == ""
+        assert waiter.wait(0)
+    finally:
+        parked.end(poller)
+    assert host_wake.parked("k") == 0
+
+
+def test_across_processes_a_ready_task_wakes_one_poll_without_a_notice(namespace, host):
+    """Two processes of three pollers each; two starts here wake two of the
+    six, each leasing its task, none empty; a session listening on the
+    task channel hears no ready notice."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": live_database_url(),
+        "PYTHONPATH": str(ROOT),
+        "NODE_FLOW_HOST_WAKE": "true",
+        "NODE_FLOW_HOST_WAKE_DIR": str(host),
+    }
+    processes = [
+        subprocess.Popen(
+            [PYTHON, str(ROOT / "tests" / "procs" / "pollers.py"), QUEUE, "3", str(WAIT_S), "6"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    with psycopg.connect(live_database_url(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {notify.TASKS_CHANNEL}")
+        try:
+            for process in processes:  # the host's registry lists all six
+                assert process.stdout is not None and process.stdout.readline().strip() == "listed"
+            for _ in range(2):
+                lifecycle.start_execution(namespace=namespace, name="one")
+            outputs = [process.communicate(timeout=WAIT_S + 30)[0] for process in processes]
+        finally:
+            for process in processes:
+                process.kill()
+        heard = [note.payload for note in listener.notifies(timeout=0.2)]
+    assert not [payload for payload in heard if payload.startswith(notify.READY)], heard
+    leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
+
+
+def test_in_one_process_polls_are_woken_one_per_task(namespace, monkeypatch):
+    monkeypatch.setattr(dispatch, "LISTEN_RECHECK_S", WAIT_S + 60)
+    leases: list[tuple[int, int]] = []
+    lease_queue = attempts.lease_queue
+
+    def counting(*args, **kwargs):
+        lease = lease_queue(*args, **kwargs)
+        leases.append((threading.get_ident(), len(lease.tasks)))
+        return lease
+
+    monkeypatch.setattr(attempts, "lease_queue", counting)
+    got: list[int] = []
+
+    def poll() -> None:
+        try:
+            got.append(len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=3)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=poll) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    key = notify.queue_key(namespace.id, QUEUE)
+    wait_for(lambda: notify.parked.listed(key) == 3)
+    lifecycle.start_execution(namespace=namespace, name="one")
+    for thread in threads:
+        thread.join()
+    assert sorted(got) == [0, 0, 1]
+    by_poller: dict[int, list[int]] = {}
+    for thread, n in leases:
+        by_poller.setdefault(thread, []).append(n)
+    assert_one_wakeup_each(list(by_poller.values()), ready=1)
