@@ -2,8 +2,9 @@
 
 - **production**: the API on granian (WSGI, 3 processes × 8 threads) and
   each role a process of its own (decider, sweeper, scheduler, system
-  tasks), as docs/deployment.md runs them; kept database connections
-  (``CONN_MAX_AGE=600``);
+  tasks), as docs/deployment.md runs them on one host; kept database
+  connections (``CONN_MAX_AGE=600``) and host-local wake-ups
+  (``NODE_FLOW_HOST_WAKE``);
 - **make run**: one ``manage.py nodeflow_run`` process, the API on waitress
   and every role in a thread, with its own defaults (as ``make run``
   starts it: no ``CONN_MAX_AGE`` from outside).
