@@ -124,14 +124,18 @@ def wake(ready: dict[str, int]) -> None:
         if count <= 0:
             continue
         directory, marker = _names(base, key)
-        count -= _wake_parked(directory, count)
-        if count > 0:
-            now = time.time_ns()
-            try:
-                os.utime(marker, ns=(now, now))
-            except FileNotFoundError:
-                marker.touch()
-            _wake_parked(directory, count)
+        try:
+            count -= _wake_parked(directory, count)
+            if count > 0:
+                now = time.time_ns()
+                try:
+                    os.utime(marker, ns=(now, now))
+                except FileNotFoundError:
+                    base.mkdir(mode=0o700, exist_ok=True)  # removed under us (a /dev/shm cleaned)
+                    marker.touch()
+                _wake_parked(directory, count)
+        except OSError:  # after the commit: the polls find the task at their re-check
+            log.warning("a host-local wake-up of %s failed", key, exc_info=True)
 
 
 def _wake_parked(directory: Path, count: int) -> int:
@@ -192,10 +196,10 @@ class Waiter:
     def wait(self, timeout: float | None = None) -> bool:
         if self._flag.is_set():
             return True
-        self._socket.settimeout(timeout)
+        self._socket.settimeout(None if timeout is None else max(timeout, 0.0))
         try:
             self._socket.recv(16)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):
             return self._flag.is_set()
         self._flag.set()
         return True
@@ -209,7 +213,7 @@ class Waiter:
         try:
             path.touch()
         except FileNotFoundError:
-            directory.mkdir(exist_ok=True)
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             path.touch()
         self._listed = path
 

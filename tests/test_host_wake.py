@@ -79,6 +79,26 @@ def test_a_dead_polls_entry_is_skipped_and_removed(host):
         live.close()
 
 
+def test_a_registry_removed_under_the_server_is_made_again(host):
+    """A /dev/shm cleaned while the server runs: a poll lists itself again,
+    and a wake-up after a commit never raises."""
+    waiter = host_wake.Waiter()
+    try:
+        base = host_wake._base()
+        assert base is not None
+        for path in sorted(base.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        base.rmdir()
+        host_wake.wake({"k": 1})  # no poll, and the mark made again
+        assert host_wake.mark("k") > 0
+        waiter.park("k")
+        host_wake.wake({"k": 1})
+        assert waiter.wait(2)
+        assert not host_wake.Waiter().wait(0)  # a zero wait answers at once
+    finally:
+        waiter.close()
+
+
 def test_a_poll_parking_after_its_queue_was_marked_ready_looks_again(host):
     """The look found nothing, then a start committed and its waker ran
     before the poll listed itself (it found no one to wake): the mark moved
