@@ -403,6 +403,7 @@ class Parked:
             if poller is None:
                 return ""
             if isinstance(poller.event, host_wake.Waiter):
+                poller.woken, poller.parked = False, True
                 poller.event.park(poller.key)
                 if self._epoch(poller.key) != epoch:
                     poller.event.set()  # made ready meanwhile: look again
@@ -417,20 +418,28 @@ class Parked:
     def claim(self, key: str, matchable: Callable[[Any], bool]) -> tuple[str, _Poller] | None:
         """This process's longest-parked poll of ``key`` that a sync match
         may lease for (``matchable(ask)``), taken off the list; None if there
-        is none, or while another process listens (its list would go stale)."""
+        is none, or while another process listens (its list would go stale),
+        unless with host-local wake-ups (the host's registry is the list)."""
         now = time.time()
         with self._lock:
-            if self._others or host_wake.enabled():
+            host = host_wake.enabled()
+            if self._others and not host:
                 return None
-            listed = self._listed.get(key, {})
+            # With host-local wake-ups the parked polls are the host's: this
+            # process's own, each claimed in the registry (another process's
+            # waker may have taken it first).
+            listed = {p: q for p, q in self._local.items() if q.key == key} if host else self._listed.get(key, {})
             for poller_id, poller in listed.items():
                 if poller.ask is None or not poller.parked or poller.until < now:
                     continue
                 if not matchable(poller.ask):
                     return None  # every poll of one key asks of the same queue
-                del listed[poller_id]
-                if not listed:
-                    self._listed.pop(key, None)
+                if host and not (isinstance(poller.event, host_wake.Waiter) and poller.event.unpark()):
+                    continue  # another process's waker took it: it looks again anyway
+                if not host:
+                    del listed[poller_id]
+                    if not listed:
+                        self._listed.pop(key, None)
                 poller.parked, poller.woken, poller.handed = False, True, None
                 poller.settled.clear()
                 return poller_id, poller

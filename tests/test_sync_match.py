@@ -33,6 +33,18 @@ QUEUE = "matched"
 WAIT_S = 5.0
 
 
+@pytest.fixture(autouse=True, params=["notify", "host"])
+def wake(request, settings, tmp_path):
+    """Each test with ready notices, and on PostgreSQL again with host-local
+    wake-ups (executions/host_wake.py), whose registry the match claims in."""
+    if request.param == "host":
+        if connection.vendor != "postgresql":
+            pytest.skip("host-local wake-ups are PostgreSQL's")
+        settings.NODE_FLOW_HOST_WAKE = True
+        settings.NODE_FLOW_HOST_WAKE_DIR = str(tmp_path)
+    return request.param
+
+
 @pytest.fixture
 def namespace():
     return one_task_namespace(QUEUE)
