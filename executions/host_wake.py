@@ -18,12 +18,17 @@ wake-up is decided by ``unlink``, which succeeds once: the waker that
 unlinks a poll's file sends it a datagram; a poll that stops waiting
 unlinks its own (if it finds it gone, it was woken, and looks again).
 
-Ordering, so no wake-up is lost: a transaction that made tasks ready bumps
-its queue's mark and then claims polls, both after it commits; a poll that
-looked and found nothing lists itself and then reads the mark: unchanged
-since before it looked, any later commit's waker will find it listed;
-changed, it looks again. The same mark tells a poll that comes back at once
-whether its queue is still known empty (``notify.Parked.known_empty``).
+Ordering, so no wake-up is lost: after its commit a waker claims as many
+parked polls as it made tasks ready; short of them, it marks the queue and
+then searches once more. A poll that looked and found nothing lists itself,
+then reads the mark. A waker whose commit that look did not see found the
+poll listed, or marked the queue before its second search; if that search
+too ran before the poll listed itself, the poll reads a mark moved since it
+read it before its look, and looks again. A mark set before that read
+means a commit before the look, which saw the task. The same mark tells a
+poll that comes back at once whether its queue is still known empty
+(``notify.Parked.known_empty``); a poll woken for a task looks whatever
+the mark says. The sync match claims a poll of its own process here too.
 
 A poll whose process died leaves its file: the waker that claims it finds
 no socket and goes on to the next. Processes on other hosts are not in the
@@ -92,7 +97,8 @@ def _names(base: Path, key: str) -> tuple[Path, Path]:
 
 
 def mark(key: str) -> int:
-    """When tasks of the queue ``key`` were last made ready (ns; 0: never)."""
+    """When tasks of the queue ``key`` were last made ready with fewer polls
+    parked than tasks (ns; 0: never)."""
     base = _base()
     if base is None:
         return 0

@@ -2,24 +2,25 @@
 a ready task wakes one poll parked in any process of the host, the longest
 parked first, through the host's registry and the poll's own socket, with
 no NOTIFY for any listening session to read; a poll that parks just after
-a start made its queue ready looks again; a dead poll's entry is skipped."""
+a start made its queue ready looks again; a dead poll's entry is skipped.
+In one process: tests/test_one_wakeup.py; the sync match through the
+registry: tests/test_sync_match.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import threading
 import time
 
 import psycopg
 import pytest
 from django.db import connection
 
-from executions import attempts, dispatch, host_wake, lifecycle, notify
+from executions import host_wake, lifecycle, notify
 from tests.procs.stack import PYTHON, ROOT, live_database_url
 from tests.test_one_wakeup import assert_one_wakeup_each
-from tests.wakeup_helpers import one_task_namespace, wait_for
+from tests.wakeup_helpers import one_task_namespace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -152,37 +153,3 @@ def test_across_processes_a_ready_task_wakes_one_poll_without_a_notice(namespace
     assert not [payload for payload in heard if payload.startswith(notify.READY)], heard
     leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
-
-
-def test_in_one_process_polls_are_woken_one_per_task(namespace, monkeypatch):
-    monkeypatch.setattr(dispatch, "LISTEN_RECHECK_S", WAIT_S + 60)
-    leases: list[tuple[int, int]] = []
-    lease_queue = attempts.lease_queue
-
-    def counting(*args, **kwargs):
-        lease = lease_queue(*args, **kwargs)
-        leases.append((threading.get_ident(), len(lease.tasks)))
-        return lease
-
-    monkeypatch.setattr(attempts, "lease_queue", counting)
-    got: list[int] = []
-
-    def poll() -> None:
-        try:
-            got.append(len(dispatch.poll(namespace=namespace, queue=QUEUE, worker_id="w", count=1, wait_s=3)))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=poll) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    key = notify.queue_key(namespace.id, QUEUE)
-    wait_for(lambda: notify.parked.listed(key) == 3)
-    lifecycle.start_execution(namespace=namespace, name="one")
-    for thread in threads:
-        thread.join()
-    assert sorted(got) == [0, 0, 1]
-    by_poller: dict[int, list[int]] = {}
-    for thread, n in leases:
-        by_poller.setdefault(thread, []).append(n)
-    assert_one_wakeup_each(list(by_poller.values()), ready=1)

@@ -30,7 +30,14 @@ def namespace():
     return one_task_namespace(QUEUE)
 
 
-def test_in_one_process_a_ready_task_wakes_one_poller(namespace, monkeypatch):
+@pytest.mark.parametrize("host_wake", [False, True], ids=["notices", "host"])
+def test_in_one_process_a_ready_task_wakes_one_poller(namespace, monkeypatch, settings, tmp_path, host_wake):
+    """With ready notices, and on PostgreSQL with host-local wake-ups
+    (executions/host_wake.py, whose registry lists the parked polls)."""
+    if host_wake:
+        if connection.vendor != "postgresql":
+            pytest.skip("host-local wake-ups are PostgreSQL's")
+        settings.NODE_FLOW_HOST_WAKE, settings.NODE_FLOW_HOST_WAKE_DIR = True, str(tmp_path)
     monkeypatch.setattr(dispatch, "LISTEN_RECHECK_S", WAIT_S + 60)
     monkeypatch.setattr(dispatch, "POLL_RECHECK_S", WAIT_S + 60)
     leases: list[tuple[int, int]] = []
