@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 from django.db import connection
 
 from nodeflow.keys import create_api_key
+from tests.keepalive_timing import assert_no_stall
 from tests.procs.stack import PYTHON, ROOT, free_port, live_database_url
 from tests.test_wsgi_bodies import check_a_chunked_start
 
@@ -64,36 +64,10 @@ def _get(conn: http.client.HTTPConnection, path: str, key: str) -> tuple[int, fl
     return response.status, time.perf_counter() - began
 
 
-def _kept_alive(port: int, path: str, key: str) -> float:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    _get(conn, path, key)  # connect, and warm the thread's database connection
-    timings = []
-    for _ in range(REQUESTS):
-        status, took = _get(conn, path, key)
-        assert status == 200
-        timings.append(took)
-    conn.close()
-    return statistics.median(timings)
-
-
-def _new_connections(port: int, path: str, key: str) -> float:
-    timings = []
-    for _ in range(REQUESTS):
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        status, took = _get(conn, path, key)
-        conn.close()
-        assert status == 200
-        timings.append(took)
-    return statistics.median(timings)
-
-
 @pytest.mark.parametrize("path", ["/healthz", "/v1/ns/default/metadata/task-definitions"])
 def test_a_kept_alive_request_is_answered_without_a_stall(server, path):
     port, key = server
-    kept, fresh = _kept_alive(port, path, key), _new_connections(port, path, key)
-    # A kept connection saves the connect: it must not cost more than a new
-    # one (the stall made it 13 times as slow).
-    assert kept <= 1.5 * fresh, f"kept-alive p50 {kept * 1000:.2f} ms, new connection p50 {fresh * 1000:.2f} ms"
+    assert_no_stall(port, path, key, REQUESTS)
 
 
 @pytest.mark.postgres
