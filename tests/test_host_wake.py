@@ -8,18 +8,15 @@ registry: tests/test_sync_match.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 
 import psycopg
 import pytest
 from django.db import connection
 
-from executions import host_wake, lifecycle, notify
-from tests.procs.stack import PYTHON, ROOT, live_database_url
-from tests.test_one_wakeup import assert_one_wakeup_each
+from executions import host_wake, notify
+from tests.procs.stack import live_database_url
+from tests.test_one_wakeup import assert_one_wakeup_each, run_two_poller_processes
 from tests.wakeup_helpers import one_task_namespace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -122,34 +119,11 @@ def test_across_processes_a_ready_task_wakes_one_poll_without_a_notice(namespace
     """Two processes of three pollers each; two starts here wake two of the
     six, each leasing its task, none empty; a session listening on the
     task channel hears no ready notice."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": live_database_url(),
-        "PYTHONPATH": str(ROOT),
-        "NODE_FLOW_HOST_WAKE": "true",
-        "NODE_FLOW_HOST_WAKE_DIR": str(host),
-    }
-    processes = [
-        subprocess.Popen(
-            [PYTHON, str(ROOT / "tests" / "procs" / "pollers.py"), QUEUE, "3", str(WAIT_S), "6"],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
     with psycopg.connect(live_database_url(), autocommit=True) as listener:
         listener.execute(f"LISTEN {notify.TASKS_CHANNEL}")
-        try:
-            for process in processes:  # the host's registry lists all six
-                assert process.stdout is not None and process.stdout.readline().strip() == "listed"
-            for _ in range(2):
-                lifecycle.start_execution(namespace=namespace, name="one")
-            outputs = [process.communicate(timeout=WAIT_S + 30)[0] for process in processes]
-        finally:
-            for process in processes:
-                process.kill()
+        pollers = run_two_poller_processes(
+            namespace, {"NODE_FLOW_HOST_WAKE": "true", "NODE_FLOW_HOST_WAKE_DIR": str(host)}
+        )
         heard = [note.payload for note in listener.notifies(timeout=0.2)]
     assert not [payload for payload in heard if payload.startswith(notify.READY)], heard
-    leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
-    assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
+    assert_one_wakeup_each(pollers, ready=2)

@@ -83,11 +83,10 @@ def assert_one_wakeup_each(pollers: list[list[int]], *, ready: int) -> None:
     assert all(poller in ([0], [0, 0], [1], [0, 1]) for poller in pollers), pollers
 
 
-@pytest.mark.postgres
-def test_across_processes_a_ready_task_wakes_one_poller(namespace):
-    if connection.vendor != "postgresql":
-        pytest.skip("across processes the wake-up is PostgreSQL's NOTIFY")
-    env = {**os.environ, "DATABASE_URL": live_database_url(), "PYTHONPATH": str(ROOT)}
+def run_two_poller_processes(namespace, env: dict[str, str] | None = None) -> list[list[int]]:
+    """Two processes of three long-polls each (tests/procs/pollers.py), all
+    six listed, then two tasks made ready here: each poller's leases."""
+    env = {**os.environ, "DATABASE_URL": live_database_url(), "PYTHONPATH": str(ROOT), **(env or {})}
     processes = [
         subprocess.Popen(
             [PYTHON, str(ROOT / "tests" / "procs" / "pollers.py"), QUEUE, "3", str(WAIT_S), "6"],
@@ -107,7 +106,14 @@ def test_across_processes_a_ready_task_wakes_one_poller(namespace):
         for process in processes:
             process.kill()
     leases = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
-    assert_one_wakeup_each([poller for process in leases for poller in process], ready=2)
+    return [poller for process in leases for poller in process]
+
+
+@pytest.mark.postgres
+def test_across_processes_a_ready_task_wakes_one_poller(namespace):
+    if connection.vendor != "postgresql":
+        pytest.skip("across processes the wake-up is PostgreSQL's NOTIFY")
+    assert_one_wakeup_each(run_two_poller_processes(namespace), ready=2)
 
 
 @pytest.mark.postgres
