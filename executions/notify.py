@@ -347,6 +347,11 @@ class _Poller:
     handed: list | None = None  # what a sync match's transaction leased for it, once it committed
     settled: threading.Event = field(default_factory=_set_event)  # clear while a sync match's transaction runs
 
+    @property
+    def host(self) -> host_wake.Waiter | None:
+        """Its waiter when host-local wake-ups wake it (listed in the host's registry)."""
+        return self.event if isinstance(self.event, host_wake.Waiter) else None
+
     def park_notice(self, poller_id: str) -> str:
         """``p|id|key|until``: lists the poller in every process that hears it."""
         return f"{PARK}{poller_id}|{self.key}|{self.until:.3f}"
@@ -402,11 +407,11 @@ class Parked:
             poller = self._local.get(poller_id)
             if poller is None:
                 return ""
-            if isinstance(poller.event, host_wake.Waiter):
+            if (waiter := poller.host) is not None:
                 poller.woken, poller.parked = False, True
-                poller.event.park(poller.key)
+                waiter.park(poller.key)
                 if self._epoch(poller.key) != epoch:
-                    poller.event.set()  # made ready meanwhile: look again
+                    waiter.set()  # made ready meanwhile: look again
                 return ""
             if self._others and poller_id not in self._listed.get(poller.key, {}):
                 return poller.park_notice(poller_id)
@@ -434,7 +439,7 @@ class Parked:
                     continue
                 if not matchable(poller.ask):
                     return None  # every poll of one key asks of the same queue
-                if host and not (isinstance(poller.event, host_wake.Waiter) and poller.event.unpark()):
+                if host and not (poller.host is not None and poller.host.unpark()):
                     continue  # another process's waker took it: it looks again anyway
                 if not host:
                     del listed[poller_id]
@@ -468,7 +473,7 @@ class Parked:
             if poller is None:
                 return []
             poller.parked = False
-            if isinstance(poller.event, host_wake.Waiter) and not poller.event.unpark():
+            if poller.host is not None and not poller.host.unpark():
                 self._empty.pop(poller.key, None)  # woken for a task: look, whatever the mark says
         if not poller.settled.wait(wait_s):
             # Its lease, if that transaction commits, runs out and the task is offered again.
@@ -484,8 +489,8 @@ class Parked:
             poller = self._local.pop(poller_id, None)
             if poller is not None:
                 self._listed.get(poller.key, {}).pop(poller_id, None)
-                if isinstance(poller.event, host_wake.Waiter):
-                    poller.event.close()
+                if poller.host is not None:
+                    poller.host.close()
             if not self._local:
                 self._idle_since = time.monotonic()
 
@@ -562,7 +567,7 @@ class Parked:
         tell: both are '', and the poller is listed here (``park``)."""
         with self._lock:
             poller = self._local.get(poller_id)
-            if poller is None or not self._others or isinstance(poller.event, host_wake.Waiter):
+            if poller is None or not self._others or poller.host is not None:
                 return "", ""
             listed = poller_id in self._listed.get(poller.key, {})
         park = "" if listed else poller.park_notice(poller_id)
