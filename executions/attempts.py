@@ -32,7 +32,7 @@ from django.db.models import F, Max, Min
 from executions import notify, sql
 from executions.leases import capped_seconds, lease_expiry, new_token
 from executions.models import OPEN_TASK, Task, TaskStatus
-from nodeflow import clock, metrics
+from nodeflow import clock, metrics, transactions
 from quotas import controls, gate
 from quotas.gate import Gate, charge, open_gate
 
@@ -291,7 +291,9 @@ def lease_fast(
 ) -> tuple[list[Task], bool]:
     params = {"now": now, "worker": worker_id, "token": token, "ns": namespace_id, "queue": queue, "count": count}
     params.update(channel=notify.TASKS_CHANNEL, park=park, leave=leave)
-    found = sql.rows(Task, _lease_fast_sql(), params, extra=2, fields=LEASED_FIELDS)
+    # A sync match in a start: the lease goes with the start's rows, its task among them.
+    with transactions.in_pipeline():
+        found = sql.rows(Task, _lease_fast_sql(), params, extra=2, fields=LEASED_FIELDS)
     return [task for task, _ in found if task is not None], bool(found and found[0][1][0])
 
 

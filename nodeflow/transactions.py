@@ -261,6 +261,28 @@ def with_begin() -> Iterator[None]:
         state.sending = False
 
 
+@contextmanager
+def in_pipeline() -> Iterator[None]:
+    """The block's statements, whose rows it fetches, stay in the pipeline
+    this ``outermost()`` transaction's reads began it in (``with_begin``):
+    they go in one round trip with the rows it holds (``sql.insert``), and
+    its ``COMMIT`` goes in the next, where a statement would first leave the
+    pipeline (its sync), then send the rows, then itself (a sync match's
+    lease, in the start that made the tasks ready). A transaction not in a
+    pipeline runs the block as usual: entering one for a block costs more
+    than the round trip it saves (docs/performance.md)."""
+    scope = _scope.get()
+    state = None if scope is None else scope.pipelined
+    if state is None:
+        yield
+        return
+    state.sending = True
+    try:
+        yield
+    finally:
+        state.sending = False
+
+
 def pipelined() -> bool:
     """Whether this ``outermost()`` transaction runs in the pipeline its
     reads began it in (``with_begin``): its closing statement

@@ -12,6 +12,7 @@ have controls after all."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -25,6 +26,7 @@ from nodeflow import transactions
 from nodeflow.keys import ensure_namespace
 from quotas import controls
 from tests.engine_helpers import register, simple, start
+from tests.libpq_trace import Sent, traced
 from tests.wakeup_helpers import one_task_namespace, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,6 +109,35 @@ def test_a_start_leases_its_task_for_a_parked_poll_before_it_commits(namespace, 
     assert leases == [("poller", 0, True), ("MainThread", 1, False)]
     task = Task.objects.get(pk=poller.got[0].pk)
     assert (task.status, task.worker_id, task.lease_token) == (TaskStatus.IN_PROGRESS, "w", poller.got[0].lease_token)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no round trips to save")
+def test_a_start_sends_its_rows_and_the_lease_for_the_poll_in_one_round_trip(namespace, leases, monkeypatch):
+    """The start's read went with its ``BEGIN`` (``transactions.with_begin``);
+    its task's row and the lease of it for the parked poll go in one round
+    trip, and its ``COMMIT`` in the next: two fewer than leaving the
+    pipeline first (its sync), then the row, then the lease. (Each way run
+    until psycopg has prepared its statements.)"""
+
+    def traced_match() -> Sent:
+        for _ in range(6):
+            poller = Poller(namespace).parked()
+            with traced() as sent:
+                start_one(namespace)
+            poller.join()
+            assert poller.got is not None and len(poller.got) == 1
+        return sent
+
+    pipelined = traced_match()
+    # BEGIN with the read; the row and the lease (two Binds), before one
+    # Flush and no Sync; the COMMIT with the Sync.
+    messages = [message for message, _ in pipelined]
+    read = messages.index("Flush")
+    flushed = messages.index("Flush", read + 1)
+    assert messages[read + 1 : flushed] == ["Bind", "Bind"], pipelined
+    assert pipelined.transaction_control() == ["BEGIN", "COMMIT"] and pipelined.round_trips() == 3, pipelined
+    monkeypatch.setattr(transactions, "in_pipeline", contextlib.nullcontext)
+    assert traced_match().round_trips() == 5
 
 
 def test_through_the_start_route_too(api, leases):

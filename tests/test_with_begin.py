@@ -9,12 +9,8 @@ log (which logs a ``BEGIN`` for every atomic block, sent or not)."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import re
-import tempfile
 import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -25,6 +21,7 @@ from executions import attempts, notify
 from executions.models import Execution, Task
 from nodeflow import transactions
 from tests.engine_helpers import complete, poll_one, register, simple, start
+from tests.libpq_trace import traced
 from tools import stack as tools_stack
 
 pytestmark = [
@@ -32,67 +29,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no round trips to save"),
 ]
-
-# A message the client sends: a simple Query; an extended statement's
-# Parse (its text) and Bind (a prepared one names no text); what asks for
-# the answers, a Sync or (in a pipeline) a Flush.
-_SENT = re.compile(r"\tF\t\d+\t(Query|Parse|Bind|Sync|Flush)\b\t?(.*)")
-
-
-class Sent(list):
-    """What one block sent to the server, a (message, text) per message."""
-
-    def texts(self) -> list[str]:
-        """The statements' texts (a prepared statement's Bind names no text)."""
-        return [text for message, text in self if message in ("Query", "Parse")]
-
-    def round_trips(self) -> int:
-        """Each simple Query, Sync and Flush waits for the server's answer;
-        not a Flush psycopg sends right after a Sync, which the Sync's
-        answer already holds."""
-        messages = [message for message, _ in self]
-        return sum(
-            1
-            for before, message in zip(["", *messages], messages, strict=False)
-            if message in ("Query", "Sync") or (message == "Flush" and before != "Sync")
-        )
-
-    def transaction_control(self) -> list[str]:
-        """``BEGIN``, ``COMMIT``, ``ROLLBACK``, and a statement sent with its ``COMMIT``."""
-        return [
-            text
-            for message, text in self
-            if message in ("Query", "Parse") and re.search(r"^(BEGIN|COMMIT|ROLLBACK)$|; COMMIT$", text)
-        ]
-
-
-def _text(message: str, rest: str) -> str:
-    """A Query's text; a Parse's statement text; a Bind's statement name."""
-    if message in ("Sync", "Flush"):
-        return ""
-    if message == "Query":  # "text"
-        return rest.strip()[1:-1]
-    _, _, after = rest.strip()[1:].partition('" "')  # "name" "text" or "portal" "statement" …
-    return after[: after.rindex('"')] if message == "Parse" else after[: after.index('"')]
-
-
-@contextlib.contextmanager
-def traced() -> Iterator[Sent]:
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    sent = Sent()
-    with tempfile.TemporaryFile("w+") as trace:
-        pgconn.trace(trace.fileno())
-        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            yield sent
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        for line in trace:
-            found = _SENT.search("\t" + line)
-            if found:
-                sent.append((found.group(1), _text(found.group(1), found.group(2))))
 
 
 @pytest.fixture
