@@ -29,8 +29,10 @@ for its answer), and its one closing statement (``closing``: the rows and
 the notices) goes with the ``COMMIT`` and the pipeline's sync. One
 transaction, two round trips: a start that locks nothing (no start quota,
 no workflow limit, no idempotency or admission key), where it was four.
-Any other statement first leaves the pipeline (its sync, the round trip
-the ``BEGIN`` took before), and it and all that follows run as in any
+A statement fetched inside ``in_pipeline`` (a sync match's lease) stays
+in it, with the rows held before it and the ``COMMIT`` after. Any other
+statement first leaves the pipeline (its sync, the round trip the
+``BEGIN`` took before), and it and all that follows run as in any
 transaction.
 """
 
@@ -355,9 +357,10 @@ def wrap_statements(wrapper: Callable[..., Any]) -> None:
 
 
 def _leave_pipeline_first(execute, statement, params, many, context):
-    """A statement that is neither a read of ``with_begin`` nor a closing
-    one leaves the pipeline first (its sync: the round trip the ``BEGIN``
-    took before), and it and the rest run as in any transaction."""
+    """A statement that is neither a read of ``with_begin``, nor fetched in
+    ``in_pipeline``, nor a closing one leaves the pipeline first (its sync:
+    the round trip the ``BEGIN`` took before), and it and the rest run as
+    in any transaction."""
     scope = _scope.get()
     if scope is not None and scope.pipelined is not None and not scope.pipelined.sending:
         _leave_pipeline(scope)
