@@ -112,7 +112,7 @@ def test_a_start_leases_its_task_for_a_parked_poll_before_it_commits(namespace, 
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no round trips to save")
-def test_a_start_sends_its_rows_and_the_lease_for_the_poll_in_one_round_trip(namespace, leases, monkeypatch):
+def test_a_start_sends_its_rows_and_the_lease_for_the_poll_in_one_round_trip(namespace, monkeypatch):
     """The start's read went with its ``BEGIN`` (``transactions.with_begin``);
     its task's row and the lease of it for the parked poll go in one round
     trip, and its ``COMMIT`` in the next: two fewer than leaving the
