@@ -195,6 +195,21 @@ class Stack:
         process.wait()
         self.kills += 1
 
+    def sessions_ended(self, *names: str, timeout_s: float = 30) -> None:
+        """Wait until no PostgreSQL session of the processes ``names`` is
+        left. A killed process's session ends once PostgreSQL has finished
+        what it had sent (a ``COMMIT`` already on its way still commits),
+        so what is read after this is all the process will ever write."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout_s
+        with psycopg.connect(self.env["DATABASE_URL"], autocommit=True) as watcher:
+            left = "SELECT 1 FROM pg_stat_activity WHERE application_name = ANY(%s)"
+            while watcher.execute(left, [list(names)]).fetchone():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"sessions of {', '.join(names)} still open after {timeout_s} s")
+                time.sleep(0.02)
+
     def restart(self, name: str) -> None:
         self.kill(name)
         self.start(name)
