@@ -16,11 +16,12 @@ import contextlib
 import threading
 import time
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import DataError, connection
 
 from executions import attempts, dispatch, lifecycle, notify
-from executions.models import Task, TaskStatus
+from executions.models import Execution, Task, TaskStatus
 from metadata.taskdefs import upsert_task_definition
 from nodeflow import transactions
 from nodeflow.keys import ensure_namespace
@@ -138,6 +139,24 @@ def test_a_start_sends_its_rows_and_the_lease_for_the_poll_in_one_round_trip(nam
     assert pipelined.transaction_control() == ["BEGIN", "COMMIT"] and pipelined.round_trips() == 3, pipelined
     monkeypatch.setattr(transactions, "in_pipeline", contextlib.nullcontext)
     assert traced_match().round_trips() == 5
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no pipeline")
+def test_a_lease_that_fails_in_the_pipeline_writes_nothing(namespace, monkeypatch):
+    """The lease's error is raised at its fetch, in the pipeline with the
+    start's rows: the start fails whole, the poll waits on, and the
+    connection goes on as usual."""
+    poller = Poller(namespace, wait_s=1.0).parked()
+    monkeypatch.setattr(attempts, "_lease_fast_sql", lambda: "SELECT 1 / (%(count)s - %(count)s)")
+    with pytest.raises(DataError):
+        start_one(namespace)
+    monkeypatch.undo()
+    poller.join()
+    assert poller.got == []
+    assert not Execution.objects.exists() and not Task.objects.exists()
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    start_one(namespace)
+    assert Task.objects.filter(status=TaskStatus.SCHEDULED).count() == 1
 
 
 def test_through_the_start_route_too(api, leases):
