@@ -439,7 +439,7 @@ class Parked:
                     continue
                 if not matchable(poller.ask):
                     return None  # every poll of one key asks of the same queue
-                if host and not (poller.host is not None and poller.host.unpark()):
+                if host and not ((waiter := poller.host) is not None and waiter.unpark()):
                     continue  # another process's waker took it: it looks again anyway
                 if not host:
                     del listed[poller_id]
@@ -473,7 +473,7 @@ class Parked:
             if poller is None:
                 return []
             poller.parked = False
-            if poller.host is not None and not poller.host.unpark():
+            if (waiter := poller.host) is not None and not waiter.unpark():
                 self._empty.pop(poller.key, None)  # woken for a task: look, whatever the mark says
         if not poller.settled.wait(wait_s):
             # Its lease, if that transaction commits, runs out and the task is offered again.
@@ -489,8 +489,8 @@ class Parked:
             poller = self._local.pop(poller_id, None)
             if poller is not None:
                 self._listed.get(poller.key, {}).pop(poller_id, None)
-                if poller.host is not None:
-                    poller.host.close()
+                if (waiter := poller.host) is not None:
+                    waiter.close()
             if not self._local:
                 self._idle_since = time.monotonic()
 
