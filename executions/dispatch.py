@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import pickle
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from executions import attempts, host_wake, notify
+from executions import attempts, notify
 from executions.leases import capped_seconds, new_token
 from executions.models import Task, TaskStatus
 from nodeflow import clock, metrics
@@ -122,45 +121,23 @@ class _Ask:
     count: int
 
 
-class _Matcher:
-    """The sync match's lease (``notify.Matcher``)."""
-
-    @staticmethod
-    def matchable(ask: _Ask) -> bool:
-        """A sync match leases only for queues without controls (as far as
-        this process has seen): a controlled queue's lease takes its gate's
-        locks, which the poll's own transaction takes, not a start's or a
-        result's."""
-        return not controls.is_controlled(ask.namespace_id, ask.queue)
-
-    @staticmethod
-    def lease(ask: _Ask) -> list[Task]:
-        """Lease for a parked poll in the transaction that made its queue's
-        tasks ready: the poll's own lease, by the one statement that leases
-        nothing if the queue has controls after all."""
-        tasks = attempts.lease_queue(ask.namespace_id, ask.queue, ask.worker_id, ask.count, gated=False).tasks
-        metrics.record_dispatch(tasks)
-        return tasks
-
-    @staticmethod
-    def pack(handed: list[Task]) -> bytes:
-        """The leased rows for a poll of another process of the host; past a
-        datagram's size, their ids (the poll reads them)."""
-        packed = pickle.dumps(handed, pickle.HIGHEST_PROTOCOL)
-        if len(packed) > host_wake.MAX_HANDED:
-            packed = pickle.dumps([task.pk for task in handed], pickle.HIGHEST_PROTOCOL)
-        return packed
-
-    @staticmethod
-    def unpack(data: bytes) -> list[Task]:
-        handed = pickle.loads(data)
-        if handed and not isinstance(handed[0], Task):
-            by_id = Task.objects.in_bulk(handed)
-            handed = [by_id[pk] for pk in handed if pk in by_id]
-        return handed
+def _matchable(ask: _Ask) -> bool:
+    """A sync match leases only for queues without controls (as far as this
+    process has seen): a controlled queue's lease takes its gate's locks,
+    which the poll's own transaction takes, not a start's or a result's."""
+    return not controls.is_controlled(ask.namespace_id, ask.queue)
 
 
-notify.on_sync_match(_Matcher())
+def _lease_matched(ask: _Ask) -> list[Task]:
+    """Lease for a parked poll in the transaction that made its queue's tasks
+    ready (``notify.on_sync_match``): the poll's own lease, by the one
+    statement that leases nothing if the queue has controls after all."""
+    tasks = attempts.lease_queue(ask.namespace_id, ask.queue, ask.worker_id, ask.count, gated=False).tasks
+    metrics.record_dispatch(tasks)
+    return tasks
+
+
+notify.on_sync_match(_matchable, _lease_matched)
 
 
 def _count_held_back(lease: attempts.Lease, counted: set[str], namespace_id: int) -> None:

@@ -28,17 +28,7 @@ read it before its look, and looks again. A mark set before that read
 means a commit before the look, which saw the task. The same mark tells a
 poll that comes back at once whether its queue is still known empty
 (``notify.Parked.known_empty``); a poll woken for a task looks whatever
-the mark says.
-
-The sync match claims its polls here (``claim``): a transaction that made
-tasks of a queue ready claims a parked poll of any process of the host,
-leases for it and, once it ends, sends it what it leased (``Claim.send``)
-where a waker sends ``r``. The poll's file holds what it asks for (its
-``ask``, pickled: the directory is this user's alone); a hand-off is
-pickled too, and read only from a sender of this user (``SO_PASSCRED``).
-Every ``unlink`` of a poll's file by another is followed by one datagram
-from it (``r``: look again; ``h``: a hand-off), which the poll waits for
-before it answers (``Waiter.take``).
+the mark says. The sync match claims a poll of its own process here too.
 
 A poll whose process died leaves its file: the waker that claims it finds
 no socket and goes on to the next. Processes on other hosts are not in the
@@ -57,12 +47,10 @@ import logging
 import os
 import secrets
 import socket
-import struct
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -72,11 +60,6 @@ log = logging.getLogger(__name__)
 
 _ADDRESS = b"\0nodeflow-wake-"
 _tokens = itertools.count()
-# A hand-off's datagram at most (bytes): well under a Unix datagram socket's
-# send buffer (about 208 KiB by default). A larger one is sent by reference.
-MAX_HANDED = 60_000
-_CREDENTIALS = struct.Struct("3i")  # SCM_CREDENTIALS: pid, uid, gid
-_WAKE, _SELF, _HANDED = b"r", b"s", b"h"
 
 
 def enabled() -> bool:
@@ -100,12 +83,8 @@ def _directory(root: str, identity: str) -> Path | None:
     base = parent / f"nodeflow-wake-{hashlib.sha1(identity.encode()).hexdigest()[:12]}"
     try:
         base.mkdir(mode=0o700, exist_ok=True)
-        owned = base.stat()
     except OSError:
         log.warning("host-local wake-ups are off: %s cannot be used", base, exc_info=True)
-        return None
-    if owned.st_uid != os.getuid() or owned.st_mode & 0o077:  # what its files say is trusted
-        log.warning("host-local wake-ups are off: %s is not this user's alone", base)
         return None
     return base
 
@@ -182,7 +161,7 @@ def _wake_parked(directory: Path, count: int) -> int:
             except FileNotFoundError:
                 continue  # another waker's, or the poll stopped waiting
             try:
-                sender.sendto(_WAKE, _ADDRESS + name.partition("-")[2].encode())
+                sender.sendto(b"r", _ADDRESS + name.partition("-")[2].encode())
             except OSError as error:
                 if error.errno not in (errno.ECONNREFUSED, errno.ENOENT):
                     log.warning("a host-local wake-up failed", exc_info=True)
@@ -191,137 +170,57 @@ def _wake_parked(directory: Path, count: int) -> int:
     return woken
 
 
-class Claim:
-    """A parked poll of another process that a transaction claimed
-    (``claim``): it leases for the poll's ``ask`` (``handed``: what it
-    leased, packed) and, once it ends, sends the poll what it leased if it
-    committed, or wakes it to look again (``settle``)."""
-
-    def __init__(self, ask: bytes, sender: socket.socket) -> None:
-        self.ask = ask
-        self.handed: bytes | None = None
-        self._sender = sender
-
-    def settle(self, committed: bool) -> None:
-        """Once, when the claiming transaction has ended."""
-        try:
-            self._sender.send(_HANDED + self.handed if committed and self.handed is not None else _WAKE)
-        except OSError:  # the poll's process is gone: its leases run out, and the tasks are offered again
-            log.warning("a hand-off to a parked poll failed", exc_info=True)
-        finally:
-            self._sender.close()
-
-
-def claim(key: str, matchable: Callable[[bytes], bool]) -> Claim | None:
-    """Claim the longest-parked poll of the queue ``key`` that another
-    process of the host parked, if ``matchable(its ask)``; None if there is
-    none (or the first one asks for what may not be matched)."""
-    base = _base()
-    if base is None:
-        return None
-    directory = _names(base, key)[0]
-    try:
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return None
-    own = f"{os.getpid()}."
-    for name in names:
-        token = name.partition("-")[2]
-        if token.startswith(own):
-            continue  # this process's polls are matched in memory (``notify.Parked.claim``)
-        path = directory / name
-        try:
-            ask = path.read_bytes()
-        except FileNotFoundError:
-            continue
-        if not ask:
-            continue  # not written yet, or asks for nothing a match may lease: a waker wakes it
-        if not matchable(ask):
-            return None  # every poll of one key asks of the same queue
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            continue  # another claimer's or waker's, or the poll stopped waiting
-        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sender.connect(_ADDRESS + token.encode())
-        except OSError:
-            sender.close()
-            continue  # its process is gone: the next one
-        return Claim(ask, sender)
-    return None
-
-
 class Waiter:
     """A parked poll's wake-up: ``threading.Event``'s ``set``, ``clear`` and
     ``wait``, on a datagram socket of its own, which a waker in any process
     of the host can set; ``park`` lists it under a queue, ``unpark`` takes it
-    off again (False: another took it off, and it waits for what that one
-    sends: ``take``)."""
+    off again (False: a waker took it off, and set it)."""
 
     def __init__(self) -> None:
         self.token = f"{os.getpid()}.{next(_tokens)}.{secrets.token_hex(3)}"
         self._address = _ADDRESS + self.token.encode()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._socket.bind(self._address)
         self._flag = threading.Event()  # set in this process: no datagram needed to see it
         self._listed: Path | None = None
-        self._lock = threading.Lock()
-        self._owed = 0  # datagrams owed by those that took this poll's file off (a waker's, a claim's)
-        self._handed: list[bytes] = []  # hand-offs received, not yet taken
 
     def set(self) -> None:
         self._flag.set()
         with contextlib.suppress(OSError):  # full or closed: the flag holds it
-            self._socket.sendto(_SELF, self._address)
+            self._socket.sendto(b"s", self._address)
 
     def is_set(self) -> bool:
         return self._flag.is_set()
 
     def clear(self) -> None:
         self._flag.clear()
-        with contextlib.suppress(TimeoutError, BlockingIOError):  # drained
-            while self._receive(0):
-                pass
+        self._socket.setblocking(False)
+        with contextlib.suppress(OSError):  # BlockingIOError: drained
+            while True:
+                self._socket.recv(16)
 
     def wait(self, timeout: float | None = None) -> bool:
         if self._flag.is_set():
             return True
+        self._socket.settimeout(None if timeout is None else max(timeout, 0.0))
         try:
-            self._receive(None if timeout is None else max(timeout, 0.0))
+            self._socket.recv(16)
         except (TimeoutError, BlockingIOError):
             return self._flag.is_set()
         self._flag.set()
         return True
 
-    def _receive(self, timeout: float | None) -> bool:
-        """One datagram (TimeoutError if none came in ``timeout``); what a
-        taker of this poll's file sends is counted, and a hand-off kept,
-        from a sender of this user only."""
-        self._socket.settimeout(timeout)
-        data, ancillary, _, _ = self._socket.recvmsg(MAX_HANDED + 1, socket.CMSG_SPACE(_CREDENTIALS.size))
-        kind = data[:1]
-        if kind in (_WAKE, _HANDED) and _sent_by_this_user(ancillary):
-            with self._lock:
-                self._owed -= 1
-                if kind == _HANDED:
-                    self._handed.append(data[1:])
-        return True
-
-    def park(self, key: str, ask: bytes = b"") -> None:
-        """List the poll under ``key``; ``ask``: what a claim leases for it
-        (empty: it is only woken)."""
+    def park(self, key: str) -> None:
         base = _base()
         if base is None or self._listed is not None:
             return
         directory = _names(base, key)[0]
         path = directory / f"{time.time_ns():019d}-{self.token}"
         try:
-            path.write_bytes(ask)
+            path.touch()
         except FileNotFoundError:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.write_bytes(ask)
+            path.touch()
         self._listed = path
 
     def unpark(self) -> bool:
@@ -331,37 +230,9 @@ class Waiter:
         try:
             os.unlink(path)
         except FileNotFoundError:
-            with self._lock:
-                self._owed += 1
             return False
         return True
-
-    def take(self, timeout: float) -> list[bytes]:
-        """The hand-offs sent to this poll, once every taker of its file has
-        sent (waiting up to ``timeout`` for them)."""
-        give_up = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._owed <= 0:
-                    handed, self._handed = self._handed, []
-                    return handed
-            remaining = give_up - time.monotonic()
-            if remaining <= 0:
-                log.warning("a claim of a parked poll sent nothing within %.0f s; the poll answers without it", timeout)
-                with self._lock:
-                    self._owed = 0  # a late hand-off is still taken; its leases run out otherwise
-                    handed, self._handed = self._handed, []
-                return handed
-            with contextlib.suppress(TimeoutError):
-                self._receive(remaining)
 
     def close(self) -> None:
         self.unpark()
         self._socket.close()
-
-
-def _sent_by_this_user(ancillary: list) -> bool:
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDENTIALS.size:
-            return _CREDENTIALS.unpack_from(data)[1] == os.getuid()
-    return False

@@ -33,7 +33,6 @@ import itertools
 import json
 import logging
 import os
-import pickle
 import secrets
 import threading
 import time
@@ -268,76 +267,47 @@ def _send_once(key: str, channel: str = TASKS_CHANNEL) -> None:
 
 
 # --- sync match ------------------------------------------------------------------
-# A service transaction that made tasks of a queue ready, where a long-poll
-# of that queue is parked, leases them for that poll before it commits (as
-# Temporal's matching service hands a new task to a waiting poller: a "sync
-# match"), and the poll answers with them once it commits: no ready notice,
-# no wake-up, no lease transaction of the poll's own. The lease is the
-# poll's (its worker id, its count), taken through the same path and gate as
-# every lease (the hooks ``dispatch`` registers), so every control holds.
-# A poll of this process is handed its tasks in memory, only while no other
-# process listens (then this process's list of parked pollers is its own,
-# and no other process's copy of it goes stale). With host-local wake-ups a
-# poll parked in any process of the host is claimed in the host's registry,
-# and one of another process is sent its tasks once the transaction commits
-# (``host_wake.Claim``). A rolled-back transaction hands nothing; the poll
-# looks again.
+# A service transaction that made tasks of a queue ready, in a process where
+# a long-poll of that queue is parked, leases them for that poll before it
+# commits (as Temporal's matching service hands a new task to a waiting
+# poller: a "sync match"), and the poll answers with them once it commits:
+# no ready notice, no wake-up, no lease transaction of the poll's own. The
+# lease is the poll's (its worker id, its count), taken through the same
+# path and gate as every lease (the hook ``dispatch`` registers), so every
+# control holds. Only while no other process listens: then this process's
+# list of parked pollers is its own, and no other process's copy of it
+# goes stale. A rolled-back transaction hands nothing; the poll looks again.
+Leaser = Callable[[Any], list]  # a parked poll's ask → the tasks leased for it, in the caller's transaction
+Matchable = Callable[[Any], bool]  # whether a sync match may lease for a poll with this ask
+_matcher: tuple[Matchable, Leaser] | None = None
 
 
-class Matcher(Protocol):
-    """What a sync match leases, for whom, and how a hand-off travels to a
-    poll of another process (``dispatch`` registers it)."""
-
-    def matchable(self, ask: Any) -> bool:
-        """Whether a sync match may lease for a poll with this ``ask``."""
-        ...
-
-    def lease(self, ask: Any) -> list:
-        """Lease for a parked poll (its ``ask``, given to ``Parked.begin``) in
-        the caller's transaction."""
-        ...
-
-    def pack(self, handed: list) -> bytes:
-        """What was leased, as a poll of another process reads it (``unpack``)."""
-        ...
-
-    def unpack(self, data: bytes) -> list:
-        """What ``pack`` made, as leased rows again."""
-        ...
-
-
-_matcher: Matcher | None = None
-
-
-def on_sync_match(matcher: Matcher) -> None:
+def on_sync_match(matchable: Matchable, lease: Leaser) -> None:
+    """``lease(ask)`` leases for a parked poll (its ``ask``, given to
+    ``Parked.begin``) in the transaction that made its queue's tasks ready,
+    where ``matchable(ask)``."""
     global _matcher
-    _matcher = matcher
+    _matcher = (matchable, lease)
 
 
 def _meet(ready: dict[str, int]) -> None:
     """Hand tasks of ``ready`` (queue key → how many became ready, in the
-    current service transaction) to parked polls of those queues, one poll
-    at a time, this process's first; what they leased is taken off ``ready``
+    current service transaction) to this process's parked polls of those
+    queues, one poll at a time; what they leased is taken off ``ready``
     (``leased``)."""
-    matcher = _matcher
-    if matcher is None or not transactions.active():
+    if _matcher is None or not transactions.active():
         return
-    host = host_wake.enabled()
+    matchable, lease = _matcher
     for key in list(ready):
         while ready.get(key, 0) > 0:
-            claimed = parked.claim(key, matcher.matchable)
-            if claimed is not None:
-                poller_id, poller = claimed
-                transactions.after(functools.partial(parked.settle, poller_id))
-                poller.handed = handed = matcher.lease(poller.ask)
-            elif host and (remote := host_wake.claim(key, lambda ask: matcher.matchable(pickle.loads(ask)))):
-                transactions.after(remote.settle)
-                handed = matcher.lease(pickle.loads(remote.ask))
-                remote.handed = matcher.pack(handed) if handed else None
-            else:
+            claimed = parked.claim(key, matchable)
+            if claimed is None:
                 break
-            if not handed:
-                break  # nothing it may lease now: the rest wait for the wake-up
+            poller_id, poller = claimed
+            transactions.after(functools.partial(parked.settle, poller_id))
+            poller.handed = lease(poller.ask)
+            if not poller.handed:
+                break  # nothing it may lease now: the rest wait for the notice
 
 
 # --- one wake-up per ready task ------------------------------------------------
@@ -439,7 +409,7 @@ class Parked:
                 return ""
             if (waiter := poller.host) is not None:
                 poller.woken, poller.parked = False, True
-                waiter.park(poller.key, pickle.dumps(poller.ask) if poller.ask is not None else b"")
+                waiter.park(poller.key)
                 if self._epoch(poller.key) != epoch:
                     waiter.set()  # made ready meanwhile: look again
                 return ""
@@ -510,9 +480,6 @@ class Parked:
             log.warning("a sync match's transaction did not end within %.0f s; the poll answers without it", wait_s)
         with self._lock:
             handed, poller.handed = poller.handed or [], None
-        if waiter is not None and _matcher is not None:  # what a claim in another process sent
-            for data in waiter.take(wait_s):
-                handed += _matcher.unpack(data)
         return handed
 
     def end(self, poller_id: str) -> None:

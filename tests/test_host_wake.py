@@ -2,31 +2,22 @@
 a ready task wakes one poll parked in any process of the host, the longest
 parked first, through the host's registry and the poll's own socket, with
 no NOTIFY for any listening session to read; a poll that parks just after
-a start made its queue ready looks again; a dead poll's entry is skipped. A start claims a poll parked in another
-process, leases for it in its own transaction and sends it the leased
-task once it commits (the sync match across processes).
-In one process: tests/test_one_wakeup.py; the sync match in one process:
-tests/test_sync_match.py."""
+a start made its queue ready looks again; a dead poll's entry is skipped.
+In one process: tests/test_one_wakeup.py; the sync match through the
+registry: tests/test_sync_match.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import pickle
-import subprocess
 import time
 
 import psycopg
 import pytest
-from django.db import DataError, connection
+from django.db import connection
 
-from executions import attempts, dispatch, host_wake, lifecycle, notify
-from executions.models import Task, TaskStatus
-from metadata.workflows import register_workflow
-from nodeflow import transactions
-from tests.procs.stack import PYTHON, ROOT, live_database_url
+from executions import host_wake, notify
+from tests.procs.stack import live_database_url
 from tests.test_one_wakeup import assert_one_wakeup_each, run_two_poller_processes
-from tests.wakeup_helpers import one_task_namespace, wait_for
+from tests.wakeup_helpers import one_task_namespace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -136,123 +127,3 @@ def test_across_processes_a_ready_task_wakes_one_poll_without_a_notice(namespace
         heard = [note.payload for note in listener.notifies(timeout=0.2)]
     assert not [payload for payload in heard if payload.startswith(notify.READY)], heard
     assert_one_wakeup_each(pollers, ready=2)
-
-
-class PollerProcess:
-    """tests/procs/pollers.py: one long-poll of QUEUE in a process of its
-    own, with host-local wake-ups on; ``finish`` gives the ids of the tasks
-    it answered with and its own lease statements (how many each leased)."""
-
-    def __init__(self, host, wait_s: float = WAIT_S) -> None:
-        env = {
-            **os.environ,
-            "DATABASE_URL": live_database_url(),
-            "PYTHONPATH": str(ROOT),
-            "NODE_FLOW_HOST_WAKE": "true",
-            "NODE_FLOW_HOST_WAKE_DIR": str(host),
-        }
-        self.process = subprocess.Popen(
-            [PYTHON, str(ROOT / "tests" / "procs" / "pollers.py"), QUEUE, "1", str(wait_s), "1"],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None and self.process.stdout.readline().strip() == "listed"
-
-    def finish(self) -> tuple[list[str], list[int]]:
-        try:
-            out = self.process.communicate(timeout=WAIT_S + 30)[0].strip().splitlines()
-        finally:
-            self.process.kill()
-        got = json.loads(out[-2].removeprefix("got "))
-        (leases,) = json.loads(out[-1])
-        return got[0], leases
-
-
-@pytest.fixture
-def leases_here(monkeypatch):
-    """The leases of a worker queue in this process: (tasks leased, gated)."""
-    seen: list[tuple[int, bool]] = []
-    lease_queue = attempts.lease_queue
-
-    def recording(*args, gated=True, **kwargs):
-        lease = lease_queue(*args, gated=gated, **kwargs)
-        seen.append((len(lease.tasks), gated))
-        return lease
-
-    monkeypatch.setattr(attempts, "lease_queue", recording)
-    return seen
-
-
-def start_one(namespace, name: str = "one", **values) -> Task:
-    """A start as the route makes it: one service transaction; its task."""
-    with transactions.outermost():
-        execution, _ = lifecycle.start_execution(namespace=namespace, name=name, **values)
-    return Task.objects.get(execution=execution)
-
-
-def test_a_start_hands_its_task_to_a_poll_parked_in_another_process(namespace, host, leases_here):
-    """The start's transaction claims the poll's file, leases for it (its
-    worker id, by the statement a sync match uses) and sends it the task
-    once it commits: the poll answers with it having looked only once (and
-    found nothing), no lease transaction of its own."""
-    poller = PollerProcess(host)
-    task = start_one(namespace)
-    got, leases = poller.finish()
-    assert got == [str(task.pk)]
-    assert leases == [0]  # its one look, before it parked
-    assert leases_here == [(1, False)]  # the start's lease for it
-    assert (task.status, task.worker_id) == (TaskStatus.IN_PROGRESS, "w")
-    assert host_wake.parked(notify.queue_key(namespace.id, QUEUE)) == 0
-
-
-def test_a_hand_off_larger_than_a_datagram_goes_by_its_ids(namespace, host, leases_here):
-    register_workflow(
-        namespace=namespace,
-        body={
-            "name": "blob",
-            "tasks": [{"name": QUEUE, "taskReferenceName": "t", "inputParameters": {"blob": "${workflow.input.blob}"}}],
-        },
-    )
-    blob = "x" * (host_wake.MAX_HANDED + 1)
-    poller = PollerProcess(host)
-    task = start_one(namespace, "blob", input={"blob": blob})
-    got, leases = poller.finish()
-    assert (got, leases, leases_here) == ([str(task.pk)], [0], [(1, False)])
-    assert len(pickle.dumps(task)) > host_wake.MAX_HANDED
-    packed = dispatch._Matcher.pack([task])
-    assert len(packed) < 1_000  # its id
-    (read,) = dispatch._Matcher.unpack(packed)
-    assert (read.pk, read.input, read.lease_token) == (task.pk, {"blob": blob}, task.lease_token)
-
-
-def test_a_claimed_poll_whose_start_rolled_back_looks_again(namespace, host, leases_here, monkeypatch):
-    """The claiming transaction failed after its claim (its lease, in the
-    pipeline with the start's rows): the poll is woken, looks (nothing
-    there), parks again, and the next start hands it its task."""
-    poller = PollerProcess(host)
-    key = notify.queue_key(namespace.id, QUEUE)
-    with monkeypatch.context() as failing:
-        failing.setattr(attempts, "_lease_fast_sql", lambda: "SELECT 1 / (%(count)s - %(count)s)")
-        with pytest.raises(DataError):
-            start_one(namespace)
-    assert not Task.objects.exists()
-    time.sleep(0.2)  # the poll's second look, after the wake-up
-    wait_for(lambda: host_wake.parked(key) == 1)  # parked again
-    task = start_one(namespace)
-    got, leases = poller.finish()
-    assert (got, leases) == ([str(task.pk)], [0, 0])
-
-
-def test_a_dead_polls_entry_is_not_leased_for(namespace, host, leases_here):
-    """A poll whose process died left its file: the claim finds no socket
-    behind it and removes it, leasing nothing; the task waits, ready."""
-    base = host_wake._base()
-    assert base is not None
-    directory = host_wake._names(base, notify.queue_key(namespace.id, QUEUE))[0]
-    directory.mkdir(parents=True)
-    ghost = directory / f"{time.time_ns():019d}-999999999.0.abcdef"
-    ghost.write_bytes(pickle.dumps(dispatch._Ask(namespace.id, QUEUE, "ghost", 1)))
-    task = start_one(namespace)
-    assert (task.status, leases_here) == (TaskStatus.SCHEDULED, [])
-    assert not ghost.exists()
