@@ -650,7 +650,8 @@ def reopen(task_id: uuid.UUID) -> bool:
 def new_attempt(row: Task, *, seq: int, now: dt.datetime, held: bool = False) -> Task:
     """A manual retry's attempt of ``row``'s task: a fresh task budget (its
     timers are the caller's), inserted SCHEDULED (``held``: not dispatched yet)."""
-    task = Task(
+    task = sql.new(
+        Task,
         execution_id=row.execution_id,
         namespace_id=row.namespace_id,
         run=row.run,

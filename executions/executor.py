@@ -440,7 +440,8 @@ def start(
             key = snapshot.body["root"]
             workflow = snapshot.body["workflows"][key]
             now = clock.now()
-            execution = Execution(
+            execution = sql.new(
+                Execution,
                 namespace=namespace,
                 name=name,
                 version=snapshot.version,
@@ -521,7 +522,8 @@ def start_child(*, parent: Execution, request: StartChild) -> Execution | None:
     name, _, version = key.rpartition("@")
     workflow = snapshot_body(snapshot_id)["workflows"][key]
     now = clock.now()
-    child = Execution(
+    child = sql.new(
+        Execution,
         namespace_id=parent.namespace_id,
         name=name,
         version=int(version),
@@ -762,7 +764,8 @@ def _execution_fields(execution: Execution, decision: Decision, now: dt.datetime
 
 
 def _task_of(execution: Execution, row: Row) -> Task:
-    return Task(
+    return sql.new(
+        Task,
         id=row.id,
         execution_id=execution.id,
         namespace_id=execution.namespace_id,

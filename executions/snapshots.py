@@ -37,8 +37,13 @@ def snapshot_for(*, namespace: Namespace, name: str, version: int | None) -> Wor
         # the body comes from the process's cache (snapshots never change).
         found = transactions.once(published_key(namespace.id, name), lambda: _published_snapshot(namespace.id, name))
         if found is not None:
-            return WorkflowSnapshot(
-                id=found[0], namespace=namespace, name=name, version=found[1], body=snapshot_body(found[0])
+            return sql.new(
+                WorkflowSnapshot,
+                id=found[0],
+                namespace=namespace,
+                name=name,
+                version=found[1],
+                body=snapshot_body(found[0]),
             )
     row = workflows.get_version(namespace=namespace, name=name, version=version)
     if row.snapshot_id is not None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast, overload
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, router
 from django.db.models.base import ModelState
 
 from nodeflow import transactions
@@ -370,6 +370,44 @@ def to_model[M: models.Model](
     instance._state.adding = False
     instance._state.db = db.alias
     return instance
+
+
+def new[M: models.Model](model: type[M], **values: Any) -> M:
+    """A new, unsaved instance, as ``model(**values)`` makes one: each field
+    given by its name or its column's (a related object given by its
+    field's name sets its id and is cached, so reading it queries nothing),
+    the rest their defaults. Built as ``to_model`` builds a row's, without
+    ``__init__``'s per-field walk (about 45 µs for a task, a fifth of that
+    here), which a start pays for its execution, its first task and its
+    snapshot."""
+    by_name, defaults = _new_fields(model)
+    instance = object.__new__(model)  # no model defines __new__; this skips __init__
+    state = instance._state = ModelState()
+    given = instance.__dict__
+    for name, value in values.items():
+        field = by_name.get(name)
+        if field is None:
+            raise TypeError(f"{model.__name__}() got an unexpected keyword argument '{name}'")
+        if name != field.attname:  # a related object, by its field's name, as its descriptor sets it
+            given[field.attname] = None if value is None else getattr(value, field.target_field.attname)
+            if value is not None:
+                state.fields_cache[name] = value
+                if state.db is None:
+                    state.db = router.db_for_write(model, instance=value)
+        else:
+            given[name] = value
+    for attname, default in defaults:
+        if attname not in given:
+            given[attname] = default()
+    return instance
+
+
+@_cached
+def _new_fields(model: type[models.Model]) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """``new``'s fields by name and by column name; each column's default."""
+    fields = model._meta.concrete_fields
+    by_name = {field.attname: field for field in fields} | {field.name: field for field in fields}
+    return by_name, tuple((field.attname, field._get_default) for field in fields)
 
 
 @overload
