@@ -377,9 +377,9 @@ def new[M: models.Model](model: type[M], **values: Any) -> M:
     given by its name or its column's (a related object given by its
     field's name sets its id and is cached, so reading it queries nothing),
     the rest their defaults. Built as ``to_model`` builds a row's, without
-    ``__init__``'s per-field walk (about 45 µs for a task, a fifth of that
-    here), which a start pays for its execution, its first task and its
-    snapshot."""
+    ``__init__``'s per-field walk and its init signals (a task's 26 µs
+    there, 8.5 here; an execution's 46, 11): a start's execution, every
+    task a decision schedules (docs/performance.md, session 32)."""
     by_name, defaults = _new_fields(model)
     instance = object.__new__(model)  # no model defines __new__; this skips __init__
     state = instance._state = ModelState()

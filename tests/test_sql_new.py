@@ -16,9 +16,7 @@ from executions.models import Execution, Task
 from nodeflow.models import Namespace
 
 APPS = ("nodeflow", "metadata", "executions", "quotas")
-MODELS = [
-    pytest.param(model, id=model.__name__) for app in APPS for model in apps.get_app_config(app).get_models()
-]
+MODELS = [pytest.param(model, id=model.__name__) for app in APPS for model in apps.get_app_config(app).get_models()]
 NOW = dt.datetime(2026, 12, 6, 5, 30, tzinfo=dt.UTC)
 
 
@@ -48,8 +46,8 @@ def test_defaults_as_the_model_makes_them(model):
 
 def test_given_values_and_a_related_object():
     namespace = Namespace(id=7, name="default")
-    values = dict(namespace=namespace, name="one", version=2, snapshot_id=3, workflow_key="one@2", input={"a": 1})
-    values |= dict(priority=5, created_at=NOW, started_at=NOW)
+    values = {"namespace": namespace, "name": "one", "version": 2, "snapshot_id": 3, "workflow_key": "one@2"}
+    values |= {"input": {"a": 1}, "priority": 5, "created_at": NOW, "started_at": NOW}
     made, built = Execution(**values), sql.new(Execution, **values)
     assert attributes(built) == {**attributes(made), "id": built.id}
     assert built.namespace_id == 7 and built.namespace is namespace
