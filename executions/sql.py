@@ -388,14 +388,13 @@ def new[M: models.Model](model: type[M], **values: Any) -> M:
         field = by_name.get(name)
         if field is None:
             raise TypeError(f"{model.__name__}() got an unexpected keyword argument '{name}'")
-        if name != field.attname:  # a related object, by its field's name, as its descriptor sets it
-            given[field.attname] = None if value is None else getattr(value, field.target_field.attname)
-            if value is not None:
-                state.fields_cache[name] = value
-                if state.db is None:
-                    state.db = router.db_for_write(model, instance=value)
-        else:
-            given[name] = value
+        if name == field.attname or value is None:
+            given[field.attname] = value
+        else:  # a related object, by its field's name, as its descriptor sets it
+            given[field.attname] = getattr(value, field.target_field.attname)
+            state.fields_cache[name] = value
+            if state.db is None:
+                state.db = router.db_for_write(model, instance=value)
     for attname, default in defaults:
         if attname not in given:
             given[attname] = default()
