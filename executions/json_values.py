@@ -9,27 +9,25 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from typing import Any
 
 
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` has a list or object more than ``limit`` levels deep
-    (a scalar is depth 0, ``[1]`` depth 1). Iterative: safe on any input."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        children: Iterable[Any]
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth + 1 > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
+    (a scalar is depth 0, ``[1]`` depth 1). Iterative, a level at a time:
+    safe on any input."""
+    level = [value]
+    for _ in range(limit):  # each pass: the items one level further in
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                below.extend(item.values())
+            elif isinstance(item, list):
+                below.extend(item)
+        if not below:
+            return False
+        level = below
+    return any(isinstance(item, (dict, list)) for item in level)
 
 
 def is_storable(value: Any) -> bool:

@@ -7,7 +7,16 @@ finite (``1e400`` parses as infinity; YAML's ``.inf`` and ``.nan``), naming
 the field; see nodeflow.nesting. YAML
 also refuses aliases, whose shared nodes would multiply when the value is
 stored as JSON (a few hundred bytes can expand to gigabytes).
+
+A JSON body is checked from its text where the text settles a check: its
+numbers are read finite or refused as they parse, a body with no more
+brackets than the depth allows cannot be too deep, and one without a
+``\\u`` escape holds no NUL and no surrogate (strict JSON has no other way
+to write them). The walks of the value run only where the text does not
+settle it, and to name the number that is not finite.
 """
+
+import math
 
 import yaml
 from rest_framework import parsers
@@ -20,17 +29,35 @@ from nodeflow.errors import InvalidField
 from nodeflow.nesting import max_depth, too_deep
 
 
-def _checked(value):
-    path = non_finite_at(value)
-    if path is not None:
-        raise InvalidField(path, "must be a finite number (this one is too large for a JSON number, or not a number)")
-    if too_deep(value):
-        raise ParseError(f"the body is nested deeper than {max_depth()} levels (NODE_FLOW_MAX_JSON_DEPTH)")
-    if not is_storable(value):
+def _checked(value, text: str | None = None):
+    """``value``, refused if it is not what a body may hold. ``text``: the
+    JSON it was parsed from, with every number known finite."""
+    if text is None:
+        path = non_finite_at(value)
+        if path is not None:
+            raise InvalidField(
+                path, "must be a finite number (this one is too large for a JSON number, or not a number)"
+            )
+    limit = max_depth()
+    if (text is None or text.count("{") + text.count("[") > limit) and too_deep(value):
+        raise ParseError(f"the body is nested deeper than {limit} levels (NODE_FLOW_MAX_JSON_DEPTH)")
+    if (text is None or "\\u" in text) and not is_storable(value):
         raise ParseError(
             "the body holds a string that is not text: an unpaired UTF-16 surrogate "
             "(\\ud800-\\udfff) or a NUL (\\u0000)"
         )
+    return value
+
+
+class _NotFinite(Exception):
+    """A number too large for a float, met while parsing (not a ValueError,
+    which would read as malformed JSON)."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # the only way a JSON number parses non-finite
+        raise _NotFinite
     return value
 
 
@@ -42,11 +69,16 @@ class JSONParser(parsers.JSONParser):
         """``parse`` of a body already in hand (nodeflow.plain_json). As DRF's
         own JSON parser reads one (decoded whole, strict about NaN and
         Infinity), then checked."""
+        constant = json.strict_constant if self.strict else None
         try:
-            value = json.loads(body.decode(encoding), parse_constant=json.strict_constant if self.strict else None)
+            text = body.decode(encoding)
+            try:
+                value = json.loads(text, parse_constant=constant, parse_float=_finite_float)
+            except _NotFinite:  # parsed again, for the walk to name the number
+                return _checked(json.loads(text, parse_constant=constant))
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from exc
-        return _checked(value)
+        return _checked(value, text if self.strict else None)  # not strict: NaN and Infinity parse
 
 
 class _NoAliasLoader(yaml.SafeLoader):

@@ -13,10 +13,13 @@ import json
 
 import pytest
 from django.test import override_settings
+from rest_framework.exceptions import ParseError
 
 from executions.javascript import ScriptError, evaluate
 from executions.json_values import nested_deeper_than
 from executions.models import Task
+from nodeflow.errors import InvalidField
+from nodeflow.parsers import JSONParser
 from tests.conftest import Api
 from tests.engine_helpers import execution, register, start, task_at
 from tests.system_helpers import run_system_tasks, system_task
@@ -419,6 +422,45 @@ def test_the_depth_walk_is_iterative():
     assert nested_deeper_than(value, 100)
     assert not nested_deeper_than([[1], {"a": [2]}], 3)
     assert nested_deeper_than([[1], {"a": [[2]]}], 3)
+    assert nested_deeper_than([], 0) and not nested_deeper_than(5, 0)
+    assert not nested_deeper_than([[], {}], 2) and nested_deeper_than([[], [{}]], 2)
+
+
+# The JSON parser settles its checks from the body's text where it can
+# (nodeflow/parsers.py); these bodies sit at the edges of those shortcuts.
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [(b'{"a": [1, 1E400]}', "a[1]"), (b'{"a": {"b": -1e+400}}', "a.b"), (b'{"a": 1' + b"0" * 400 + b".5}", "a")],
+    ids=["capital E", "signed exponent", "400 digits and a fraction"],
+)
+def test_the_parser_names_a_number_too_large_however_it_is_written(raw, field):
+    with pytest.raises(InvalidField) as refused:
+        JSONParser().parse_bytes(raw)
+    assert refused.value.fields["field"] == field
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"s": "\\\\u0000"}', b'{"s": "[[[[' + b"[" * 200 + b'"}', b'{"a": [' + b"[1]," * 300 + b"[1]]}"],
+    ids=["an escaped backslash before u0000", "brackets inside a string", "wide, not deep"],
+)
+def test_the_parser_accepts_what_only_looks_like_a_refusal(raw):
+    assert JSONParser().parse_bytes(raw) == json.loads(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"s": "\\u0000"}', b'{"s": "\\uD800"}', b'{"a": ' + b"[" * 101 + b"]" * 101 + b"}"],
+    ids=["NUL", "lone surrogate, capitals", "deep"],
+)
+def test_the_parser_refuses_what_its_text_allows(raw):
+    with pytest.raises(ParseError):
+        JSONParser().parse_bytes(raw)
+
+
+def test_the_parser_reads_numbers_as_json_does():
+    raw = json.dumps({"results": [{"n": 1.5, "m": -2e-5, "k": 10**30, "f": 3.0} for _ in range(100)]}).encode()
+    assert JSONParser().parse_bytes(raw) == json.loads(raw)
 
 
 @pytest.mark.parametrize("route", BODY_ROUTES, ids=BODY_IDS)
