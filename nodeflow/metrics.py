@@ -207,9 +207,31 @@ def _child(metric: Counter | Histogram, labels: tuple[str, ...]) -> Counter | Hi
 Increments = list[tuple[Counter | Histogram, tuple[str, ...], float]]
 
 
+class _Pending:
+    """The increments a transaction has recorded so far, written when it commits."""
+
+    def __init__(self, increments: Increments) -> None:
+        self.increments = increments
+
+    def __call__(self) -> None:
+        _increment(self.increments)
+
+
 def _after_commit(increments: Increments) -> None:
-    if increments:
-        transaction.on_commit(functools.partial(_increment, increments))
+    """Write ``increments`` once the transaction commits. Those recorded in
+    the same transaction and savepoint, with no other commit hook between,
+    join one hook, so a batch of results writes each series once (a batch of
+    100 executions' ends wrote 300 values one by one); a savepoint rolled back
+    still drops only its own."""
+    if not increments:
+        return
+    hooks = connection.run_on_commit
+    if connection.in_atomic_block and hooks:
+        savepoints, hook, _robust = hooks[-1]
+        if isinstance(hook, _Pending) and savepoints == set(connection.savepoint_ids):
+            hook.increments.extend(increments)
+            return
+    transaction.on_commit(_Pending(increments))
 
 
 def _increment(increments: Increments) -> None:

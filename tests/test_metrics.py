@@ -241,6 +241,22 @@ def test_it_counts_nothing_when_the_transaction_rolls_back(api, moved):
     assert moved("nodeflow_tasks_ended_total", task_type="mx_undo", status="COMPLETED", namespace="default") == 1
 
 
+def test_a_transactions_increments_join_one_hook_and_a_savepoint_drops_only_its_own(api, moved):
+    namespace = Namespace.objects.get(name="default")
+    with transaction.atomic():
+        for _ in range(100):
+            metrics.record_timeout("mx_joined", "RETRY", namespace.id)
+        assert len(connection.run_on_commit) == 1  # a hundred records, one hook
+        with pytest.raises(RuntimeError), transaction.atomic():
+            metrics.record_timeout("mx_joined", "RETRY", namespace.id)
+            metrics.record_timeout("mx_joined", "TIME_OUT_WF", namespace.id)
+            raise RuntimeError("rolled back with its savepoint")
+        metrics.record_timeout("mx_joined", "TIME_OUT_WF", namespace.id)
+        assert moved("nodeflow_timeouts_total", timeout="mx_joined", policy="RETRY", namespace="default") == 0
+    assert moved("nodeflow_timeouts_total", timeout="mx_joined", policy="RETRY", namespace="default") == 100
+    assert moved("nodeflow_timeouts_total", timeout="mx_joined", policy="TIME_OUT_WF", namespace="default") == 1
+
+
 def test_it_counts_refusals_by_control_once_each(api, moved):
     register(api, "mx_nightly", simple("t", "mx_reconcile"), maxConcurrentExecutions=1)
     start(api, "mx_nightly")
