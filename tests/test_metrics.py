@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator, Mapping
 
 import httpx
 import pytest
@@ -47,15 +48,48 @@ from tests.system_helpers import http_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-Samples = dict[tuple[str, frozenset], float]
+Key = tuple[str, frozenset]
 
 
-def parse(text: str) -> Samples:
+class Samples(Mapping[Key, float]):
+    """A scrape's samples by (name, labels), parsed a name at a time as a
+    test looks one up: a scrape late in the suite holds every earlier test's
+    series (tens of thousands), and parsing all of them for the one a test
+    reads cost a second a scrape. Iterating parses the whole text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.by_name: dict[str, dict[frozenset, float]] = {}
+
+    def of(self, name: str) -> dict[frozenset, float]:
+        if name not in self.by_name:
+            lines = [line for line in self.text.splitlines() if line.startswith((f"{name}{{", f"{name} "))]
+            self.by_name[name] = {
+                labels: value for (sample, labels), value in _parsed("\n".join(lines) + "\n").items() if sample == name
+            }
+        return self.by_name[name]
+
+    def __getitem__(self, key: Key) -> float:
+        name, labels = key
+        return self.of(name)[labels]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(_parsed(self.text))
+
+    def __len__(self) -> int:
+        return len(_parsed(self.text))
+
+
+def _parsed(text: str) -> dict[Key, float]:
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def parse(text: str) -> Samples:
+    return Samples(text)
 
 
 def scrape(api) -> Samples:
