@@ -12,14 +12,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping
 
 import httpx
 import pytest
 from django.db import connection, transaction
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.parser import text_string_to_metric_families
 
 from executions import breakers, dispatch, results
 from executions.models import DecideRequest, Task
@@ -43,64 +41,11 @@ from tests.engine_helpers import (
     sweep,
     task_def,
 )
+from tests.metrics_helpers import parse, scrape, value
 from tests.procs.stack import PYTHON, Stack, live_database_url
 from tests.system_helpers import http_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-Key = tuple[str, frozenset]
-
-
-class Samples(Mapping[Key, float]):
-    """A scrape's samples by (name, labels), parsed a name at a time as a
-    test looks one up: a scrape late in the suite holds every earlier test's
-    series (tens of thousands), and parsing all of them for the one a test
-    reads cost a second a scrape. Iterating parses the whole text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.by_name: dict[str, dict[frozenset, float]] = {}
-
-    def of(self, name: str) -> dict[frozenset, float]:
-        if name not in self.by_name:
-            lines = [line for line in self.text.splitlines() if line.startswith((f"{name}{{", f"{name} "))]
-            self.by_name[name] = {
-                labels: value for (sample, labels), value in _parsed("\n".join(lines) + "\n").items() if sample == name
-            }
-        return self.by_name[name]
-
-    def __getitem__(self, key: Key) -> float:
-        name, labels = key
-        return self.of(name)[labels]
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(_parsed(self.text))
-
-    def __len__(self) -> int:
-        return len(_parsed(self.text))
-
-
-def _parsed(text: str) -> dict[Key, float]:
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def parse(text: str) -> Samples:
-    return Samples(text)
-
-
-def scrape(api) -> Samples:
-    response = api.client.get("/metrics")
-    assert response.status_code == 200
-    assert response["Content-Type"].startswith("text/plain")
-    return parse(response.content.decode())
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from nodeflow import clock
 from nodeflow.models import Namespace
 from tests.conftest import Api
 from tests.engine_helpers import advance, complete, fail, poll, poll_one, register, report, simple, start, task_def
-from tests.test_metrics import scrape, value
+from tests.metrics_helpers import scrape, value
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,6 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.db import connection
-from prometheus_client.parser import text_string_to_metric_families
 
 from executions import dispatch
 from executions.models import Execution, Task, TaskStatus
@@ -30,6 +29,7 @@ from executions.system_tasks import celery_handoff, runner
 from nodeflow import clock
 from tests import test_celery_systemtasks as celery_tests
 from tests.engine_helpers import complete, execution, poll, register, simple, start, sweep, task_at, task_def
+from tests.metrics_helpers import parse
 from tests.procs.stack import Stack, live_database_url
 from tests.system_helpers import http_task, run_system_tasks, serving
 
@@ -198,12 +198,9 @@ def scheduled(ids: list[str]) -> list[str]:
 
 
 def refusals(api, control: str) -> float:
-    text = api.client.get("/metrics").content.decode()
+    samples = parse(api.client.get("/metrics").content.decode())
     return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "nodeflow_limit_refusals_total" and sample.labels.get("control") == control
+        value for labels, value in samples.of("nodeflow_limit_refusals_total").items() if ("control", control) in labels
     )
 
 
