@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from metadata.taskdefs import forget_policies
 from nodeflow import clock
 from nodeflow.keys import clear_caches, create_api_key
+from tests.metrics_helpers import scrape, value
 
 # Fixtures of the system-task tests (a real HTTP server on loopback).
 pytest_plugins = ["tests.system_helpers"]
@@ -125,6 +126,18 @@ def api_for(make_key) -> Callable[..., Api]:
         return Api(make_key(role, namespace), url_namespace or namespace or "default")
 
     return make
+
+
+@pytest.fixture
+def moved(api):
+    """moved(name, **labels) → how much a sample grew since the test began
+    (the /metrics scrapes of ``api``, tests/metrics_helpers.py)."""
+    before = scrape(api)
+
+    def grew(name: str, **labels: str) -> float:
+        return value(scrape(api), name, **labels) - value(before, name, **labels)
+
+    return grew
 
 
 @pytest.fixture

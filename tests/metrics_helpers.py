@@ -46,15 +46,11 @@ def _parsed(text: str) -> dict[Key, float]:
     }
 
 
-def parse(text: str) -> Samples:
-    return Samples(text)
-
-
 def scrape(api) -> Samples:
     response = api.client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
-    return parse(response.content.decode())
+    return Samples(response.content.decode())
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

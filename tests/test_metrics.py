@@ -41,22 +41,11 @@ from tests.engine_helpers import (
     sweep,
     task_def,
 )
-from tests.metrics_helpers import parse, scrape, value
+from tests.metrics_helpers import Samples, scrape, value
 from tests.procs.stack import PYTHON, Stack, live_database_url
 from tests.system_helpers import http_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def moved(api):
-    """moved(name, **labels) → how much a sample grew since the test began."""
-    before = scrape(api)
-
-    def grew(name: str, **labels: str) -> float:
-        return value(scrape(api), name, **labels) - value(before, name, **labels)
-
-    return grew
 
 
 # --- events --------------------------------------------------------------------
@@ -430,7 +419,7 @@ def test_one_scrape_sums_what_several_processes_counted(tmp_path):
         admin.post("executions", json={"name": "mx_wf_full"}).raise_for_status()
         _work(first, key, leases=3, refused=1)
         _work(second, key, leases=2, refused=2)
-        scrapes = [parse(httpx.get(f"{url}/metrics", timeout=30).text) for url in (first, second)]
+        scrapes = [Samples(httpx.get(f"{url}/metrics", timeout=30).text) for url in (first, second)]
         for samples in scrapes:
             assert (
                 value(

@@ -31,16 +31,6 @@ POLL_ROUTE = "/v1/ns/<str:ns>/tasks/poll/<str:task_type>"
 RESULT_ROUTE = "/v1/ns/<str:ns>/tasks/<str:task_id>/result"
 
 
-@pytest.fixture
-def moved(api):
-    before = scrape(api)
-
-    def grew(name: str, **labels: str) -> float:
-        return value(scrape(api), name, **labels) - value(before, name, **labels)
-
-    return grew
-
-
 def heartbeat(api, leased: dict):
     return api.post(f"tasks/{leased['taskId']}/heartbeat", {"leaseToken": leased["leaseToken"]})
 

@@ -29,7 +29,7 @@ from executions.system_tasks import celery_handoff, runner
 from nodeflow import clock
 from tests import test_celery_systemtasks as celery_tests
 from tests.engine_helpers import complete, execution, poll, register, simple, start, sweep, task_at, task_def
-from tests.metrics_helpers import parse
+from tests.metrics_helpers import scrape
 from tests.procs.stack import Stack, live_database_url
 from tests.system_helpers import http_task, run_system_tasks, serving
 
@@ -198,9 +198,10 @@ def scheduled(ids: list[str]) -> list[str]:
 
 
 def refusals(api, control: str) -> float:
-    samples = parse(api.client.get("/metrics").content.decode())
     return sum(
-        value for labels, value in samples.of("nodeflow_limit_refusals_total").items() if ("control", control) in labels
+        value
+        for labels, value in scrape(api).of("nodeflow_limit_refusals_total").items()
+        if ("control", control) in labels
     )
 
 
