@@ -11,8 +11,10 @@ import time
 # A kept connection saves the connect: it must not cost much more than a new
 # one. The stall it guards against (Nagle against delayed ACK) made it 13
 # times as slow; 1.5 times failed once with the two timed one after the
-# other while the suite's other worker ran, so they are timed in turns.
-MAX_RATIO = 2.0
+# other while the suite's other worker ran, so they are timed in turns; 2
+# times failed once too, timed in turns under the whole suite (7.0 ms
+# against 3.5 on SQLite). Three times still fails a stall four times over.
+MAX_RATIO = 3.0
 
 
 def _get(conn: http.client.HTTPConnection, path: str, key: str) -> float:
