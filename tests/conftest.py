@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from metadata.taskdefs import forget_policies
@@ -17,6 +18,8 @@ from tests.metrics_helpers import scrape, value
 
 # Fixtures of the system-task tests (a real HTTP server on loopback).
 pytest_plugins = ["tests.system_helpers"]
+
+T = TypeVar("T")
 
 # The tests' servers listen on loopback, which outbound calls may not reach
 # by default (docs/security.md): allowed here explicitly, for this process
@@ -110,6 +113,34 @@ class Api:
 
     def delete(self, path: str):
         return self.call("DELETE", path)
+
+
+@pytest.fixture(scope="module")
+def module_rows(django_db_setup, django_db_blocker) -> Iterator[Callable[[Callable[[], T]], T]]:
+    """``module_rows(make)`` → ``make()``, run in a transaction around the
+    module's tests and rolled back at the module's end (Django's
+    ``TestCase.setUpTestData``, for pytest): rows a module-scoped fixture
+    makes through it are built once and seen by each of the module's tests,
+    whose own ``db`` transaction nests in it and rolls back to them. As with
+    ``db``, the rows are not committed: no other connection sees them."""
+    with django_db_blocker.unblock():
+        block = transaction.atomic()
+        # As Django marks its test cases' blocks: the engine's durable blocks
+        # (``transactions.outermost``) may nest in it, as they do in ``db``'s.
+        block._from_testcase = True
+        block.__enter__()
+
+    def make_rows(make: Callable[[], T]) -> T:
+        with django_db_blocker.unblock():
+            return make()
+
+    try:
+        yield make_rows
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            block.__exit__(None, None, None)
+        clear_caches()
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from django.utils import timezone
 from executions.models import BreakerState, Execution, Message, Task
 from metadata.models import TaskDefinition, WorkflowVersion
 from metadata.taskdefs import forget_policies
+from nodeflow.keys import create_api_key
 from nodeflow.models import Namespace, Secret
 from quotas.models import Schedule, Semaphore
 from tests.conftest import Api
@@ -260,14 +261,24 @@ def fill(value, world: dict):
     return value
 
 
+@pytest.fixture(scope="module")
+def built_worlds(module_rows) -> dict[str, dict]:
+    """Namespaces alpha and beta, each with its world and a key of each role,
+    built once for the module's tests (each rolls back to them)."""
+
+    def make() -> dict[str, dict]:
+        out = {}
+        for ns in NAMESPACES:
+            keys = {role: create_api_key(role=role, namespace=ns)[1] for role in ROLES}
+            out[ns] = {"keys": keys, **build_world(Api(keys["admin"], ns), Api(keys["worker"], ns), ns)}
+        return out
+
+    return module_rows(make)
+
+
 @pytest.fixture
-def worlds(make_key) -> dict[str, dict]:
-    """Namespaces alpha and beta, each with its world and a key of each role."""
-    out = {}
-    for ns in NAMESPACES:
-        keys = {role: make_key(role, ns) for role in ROLES}
-        out[ns] = {"keys": keys, **build_world(Api(keys["admin"], ns), Api(keys["worker"], ns), ns)}
-    return out
+def worlds(built_worlds, db) -> dict[str, dict]:
+    return built_worlds
 
 
 def call(key: str, url_ns: str, case: Case, world: dict):
