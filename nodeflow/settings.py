@@ -113,7 +113,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Set empty: each process serves only its own counters.
 
 
-def _metrics_dir(database: dict) -> str:
+def metrics_dir_for(database: dict) -> str:
+    """The metrics directory of a database's processes (``DATABASES`` entry):
+    what they use when ``PROMETHEUS_MULTIPROC_DIR`` is unset."""
     identity = "|".join(str(database.get(part) or "") for part in ("ENGINE", "HOST", "PORT", "NAME"))
     name = Path(str(database.get("NAME") or "db")).name
     return str(VAR_DIR / "prometheus" / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}")
@@ -122,7 +124,7 @@ def _metrics_dir(database: dict) -> str:
 # Read as is: django-environ takes an empty value for unset.
 PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 if PROMETHEUS_MULTIPROC_DIR is None:
-    PROMETHEUS_MULTIPROC_DIR = _metrics_dir(DATABASES["default"])
+    PROMETHEUS_MULTIPROC_DIR = metrics_dir_for(DATABASES["default"])
 if PROMETHEUS_MULTIPROC_DIR:
     Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR

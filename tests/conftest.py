@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -15,6 +16,7 @@ from metadata.taskdefs import forget_policies
 from nodeflow import clock
 from nodeflow.keys import clear_caches, create_api_key
 from tests.metrics_helpers import scrape, value
+from tools.stack import live_database_url, metrics_dir
 
 # Fixtures of the system-task tests (a real HTTP server on loopback).
 pytest_plugins = ["tests.system_helpers"]
@@ -196,6 +198,16 @@ def frozen_clock():
     instant = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
     with clock.travel_to(instant):
         yield instant
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_process_metrics(request):
+    """The processes tests start count into their test database's metrics
+    directory (nodeflow/settings.py): emptied at the start of each session,
+    so files of earlier runs' processes do not pile up there and into
+    every scrape."""
+    request.getfixturevalue("django_db_setup")
+    shutil.rmtree(metrics_dir(live_database_url()), ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -59,7 +59,7 @@ from tools.bench_cpu import POSTGRES, CpuMeter, per_task_ms
 from tools.bench_shapes import Shape, make_run, production
 from tools.bench_stats import latency_summary
 from tools.bench_worker import WorkerProcess
-from tools.stack import PYTHON, ROOT, with_database
+from tools.stack import PYTHON, ROOT, drop_database, with_database
 
 TASK = "bench_task"
 # PostgreSQL 15 flushes an idle backend's statistics (its commit count) within
@@ -132,8 +132,8 @@ class Bench:
         return int(row[0])
 
     def setup(self) -> None:
-        self.admin(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
-        self.admin(f"CREATE DATABASE {self.db_name}")
+        drop_database(self.admin_url, self.db_name)
+        self.admin(f'CREATE DATABASE "{self.db_name}"')
         stack = self.shapes[0].stack
         stack.manage("migrate", "--noinput", "-v", "0")
         self.key = (
@@ -157,7 +157,7 @@ class Bench:
         for shape in self.shapes:
             shape.stack.stop()
         if not self.keep_database:
-            self.admin(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
+            drop_database(self.admin_url, self.db_name)
 
     def client(self, shape: Shape) -> Client:
         return Client(shape.stack.url, self.key)

@@ -39,7 +39,7 @@ from django.db import connection
 from nodeflow_worker import Client, StaleLease
 from tools.bench_shapes import start_production
 from tools.bench_stats import percentile
-from tools.stack import PYTHON, Stack, with_database
+from tools.stack import PYTHON, Stack, drop_database, with_database
 
 WORKFLOW = "soak_flow"
 QUEUES = ("soak_a", "soak_b")
@@ -317,7 +317,7 @@ class Soak:
 
     def run(self) -> dict:
         name = self.options.database_name
-        self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(self.admin_url, name)
         self.admin(f'CREATE DATABASE "{name}"')
         try:
             self.stack.manage("migrate", "--noinput", "-v", "0")
@@ -337,7 +337,7 @@ class Soak:
                 self.stack.stop()
         finally:
             if not self.options.keep_database:
-                self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                drop_database(self.admin_url, name)
 
     def start_stack(self, key: str) -> None:
         """The benchmark's production shape (the server and every role,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +17,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import environ
 import httpx
+import psycopg
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +49,23 @@ def live_database_url() -> str:
 def with_database(url: str, name: str) -> str:
     """``url`` with its database replaced by ``name`` (same server and user)."""
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop a throw-away database and the metrics directory its processes
+    filled (nodeflow/settings.py: one per database under var/prometheus/,
+    which nothing else would empty)."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    shutil.rmtree(metrics_dir(with_database(admin_url, name)), ignore_errors=True)
+
+
+def metrics_dir(database_url: str) -> str:
+    """The metrics directory a process started on ``database_url`` uses when
+    ``PROMETHEUS_MULTIPROC_DIR`` is unset (``inherited_env``)."""
+    from nodeflow.settings import metrics_dir_for
+
+    return metrics_dir_for(environ.Env.db_url_config(database_url))
 
 
 def free_port() -> int:
