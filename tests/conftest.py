@@ -50,28 +50,31 @@ def _row_owners():
 
 @pytest.fixture(autouse=True)
 def _reset_process_state():
-    """The clock, and the in-process key/namespace caches (rows are rolled
-    back between tests; cached ones must go with them)."""
-    clock.reset()
-    clear_caches()
-    forget_policies()
-    _forget_controls()
+    """The clock, and what the process remembers of rows (rows are rolled
+    back between tests; what was drawn from them must go with them)."""
+    forget_process_state()
     yield
-    clock.reset()
-    clear_caches()
-    forget_policies()
-    _forget_controls()
+    forget_process_state()
 
 
-def _forget_controls() -> None:
-    """Task-definition controls seen at dequeue and recorded polls are
-    remembered per process; the rows behind them are rolled back."""
+def forget_process_state() -> None:
+    """The clock back to real time, and every in-process memory of rows:
+    keys and namespaces, task-definition policies and controls, recorded
+    polls, throttles, and the executor's snapshot bodies, which it caches
+    by id for the life of the process (rolled-back ids are reused on
+    SQLite, so a body cached by an earlier test would be wrong)."""
+    from executions import executor
     from nodeflow import throttling
     from quotas import controls, diagnostics
 
+    clock.reset()
+    clear_caches()
+    forget_policies()
     controls.forget()
     diagnostics.forget_polls()
     throttling.forget()
+    executor.snapshot_body.cache_clear()
+    executor._pulls_messages.cache_clear()
 
 
 @pytest.fixture
@@ -133,6 +136,7 @@ def module_rows(django_db_setup, django_db_blocker) -> Iterator[Callable[[Callab
         block.__enter__()
 
     def make_rows(make: Callable[[], T]) -> T:
+        forget_process_state()  # an earlier test's, drawn from rows rolled back since
         with django_db_blocker.unblock():
             return make()
 
@@ -142,7 +146,7 @@ def module_rows(django_db_setup, django_db_blocker) -> Iterator[Callable[[Callab
         with django_db_blocker.unblock():
             transaction.set_rollback(True)
             block.__exit__(None, None, None)
-        clear_caches()
+        forget_process_state()
 
 
 @pytest.fixture
@@ -176,18 +180,6 @@ def moved(api):
 @pytest.fixture
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_snapshot_cache():
-    """The executor caches snapshot bodies by id for the life of a process;
-    each test rolls its rows back, so ids are reused (SQLite) and a cached
-    body from an earlier test would be wrong."""
-    from executions import executor
-
-    executor.snapshot_body.cache_clear()
-    executor._pulls_messages.cache_clear()
-    yield
 
 
 @pytest.fixture

@@ -26,11 +26,10 @@ from django.utils import timezone
 
 from executions.models import BreakerState, Execution, Message, Task
 from metadata.models import TaskDefinition, WorkflowVersion
-from metadata.taskdefs import forget_policies
 from nodeflow.keys import create_api_key
 from nodeflow.models import Namespace, Secret
 from quotas.models import Schedule, Semaphore
-from tests.conftest import Api
+from tests.conftest import Api, forget_process_state
 from tests.engine_helpers import poll, register, start, task_at
 
 API_PREFIX = "v1/ns/<str:ns>/"
@@ -297,19 +296,8 @@ def call_and_roll_back(key: str, url_ns: str, case: Case, world: dict):
         response = call(key, url_ns, case, world)
     finally:
         transaction.savepoint_rollback(savepoint)
-    _forget_process_caches()
+    forget_process_state()
     return response
-
-
-def _forget_process_caches() -> None:
-    from executions import executor
-    from quotas import controls, diagnostics
-
-    executor.snapshot_body.cache_clear()
-    executor._pulls_messages.cache_clear()
-    forget_policies()
-    controls.forget()
-    diagnostics.forget_polls()
 
 
 def fingerprint() -> str:
