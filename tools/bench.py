@@ -59,7 +59,7 @@ from tools.bench_cpu import POSTGRES, CpuMeter, per_task_ms
 from tools.bench_shapes import Shape, make_run, production
 from tools.bench_stats import latency_summary
 from tools.bench_worker import WorkerProcess
-from tools.stack import PYTHON, ROOT, drop_database, with_database
+from tools.stack import PYTHON, ROOT, drop_database, fresh_database, with_database
 
 TASK = "bench_task"
 # PostgreSQL 15 flushes an idle backend's statistics (its commit count) within
@@ -111,10 +111,6 @@ class Bench:
         self.workers: WorkerProcess | None = None
 
     # --- database --------------------------------------------------------
-    def admin(self, sql: str) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(sql)
-
     def analyze(self) -> None:
         """Refresh the planner's statistics of the bench database, as
         autovacuum does on a server after this many inserts. Without them
@@ -132,8 +128,7 @@ class Bench:
         return int(row[0])
 
     def setup(self) -> None:
-        drop_database(self.admin_url, self.db_name)
-        self.admin(f'CREATE DATABASE "{self.db_name}"')
+        fresh_database(self.admin_url, self.db_name)
         stack = self.shapes[0].stack
         stack.manage("migrate", "--noinput", "-v", "0")
         self.key = (
@@ -182,8 +177,7 @@ class Bench:
     def baseline(self) -> float:
         """pgbench: single-row UPDATE, 4 clients, 10 seconds (``--baseline-seconds``)."""
         name = f"nodeflow_pgbench_{os.getpid()}"
-        self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        self.admin(f"CREATE DATABASE {name}")
+        fresh_database(self.admin_url, name)
         parts = urlsplit(self.admin_url)
         conn = ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
         subprocess.run(["pgbench", *conn, "-i", "-s", "1", "-q", name], check=True, capture_output=True)
@@ -197,7 +191,7 @@ class Bench:
             capture_output=True,
             text=True,
         )
-        self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database(self.admin_url, name)
         os.unlink(script.name)
         found = re.search(r"tps = ([\d.]+)", done.stdout)
         if found is None:

@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import psycopg
 from django.db import connection
 
 from nodeflow_worker import Client, StaleLease
 from tools.bench_shapes import start_production
 from tools.bench_stats import percentile
-from tools.stack import PYTHON, Stack, drop_database, with_database
+from tools.stack import PYTHON, Stack, drop_database, fresh_database, with_database
 
 WORKFLOW = "soak_flow"
 QUEUES = ("soak_a", "soak_b")
@@ -311,14 +310,9 @@ class Soak:
         self.autovacuum = True
         self.stack = Stack(with_database(admin_url, options.database_name), env={"CONN_MAX_AGE": "600"})
 
-    def admin(self, sql: str) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(sql)
-
     def run(self) -> dict:
         name = self.options.database_name
-        drop_database(self.admin_url, name)
-        self.admin(f'CREATE DATABASE "{name}"')
+        fresh_database(self.admin_url, name)
         try:
             self.stack.manage("migrate", "--noinput", "-v", "0")
             key = (

@@ -51,6 +51,14 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
+def fresh_database(admin_url: str, name: str) -> None:
+    """A throw-away database, empty: dropped first (with its metrics
+    directory, ``drop_database``) if an earlier run left it."""
+    drop_database(admin_url, name)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
 def drop_database(admin_url: str, name: str) -> None:
     """Drop a throw-away database and the metrics directory its processes
     filled (nodeflow/settings.py: one per database under var/prometheus/,
