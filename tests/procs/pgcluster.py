@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 
 from tests.procs.stack import free_port
+from tools.stack import metrics_dir
 
 PG_ROOT = Path("/usr/lib/postgresql")
 OWNER = "postgres"
@@ -48,6 +49,7 @@ class PrivateCluster:
             raise RuntimeError(missing_reason())
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="nodeflow-pg-"))
+        self.databases: list[str] = []  # made by create_database: their metrics directories go with the cluster
         self.data = self.root / "data"
         self.logfile = self.root / "server.log"
         self.settings = {
@@ -128,6 +130,8 @@ class PrivateCluster:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        for name in self.databases:  # on a port of this run's, so no later run would reuse them
+            shutil.rmtree(metrics_dir(self.url(name)), ignore_errors=True)
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgres://{OWNER}@127.0.0.1:{self.port}/{dbname}"
@@ -135,6 +139,7 @@ class PrivateCluster:
     def create_database(self, name: str) -> str:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
+        self.databases.append(name)
         return self.url(name)
 
     def log(self) -> str:
