@@ -7,7 +7,7 @@
   (``NODE_FLOW_HOST_WAKE``);
 - **make run**: one ``manage.py nodeflow_run`` process, the API on waitress
   and every role in a thread, with its own defaults (as ``make run``
-  starts it: no ``CONN_MAX_AGE`` from outside).
+  starts it: no ``CONN_MAX_AGE`` or ``NODE_FLOW_HOST_WAKE`` from outside).
 """
 
 from __future__ import annotations
@@ -78,5 +78,6 @@ def production(database_url: str) -> Shape:
 
 def make_run(database_url: str) -> Shape:
     stack = Stack(database_url)
-    stack.env.pop("CONN_MAX_AGE", None)  # nodeflow_run's own default, as `make run` gets it
+    for name in ("CONN_MAX_AGE", "NODE_FLOW_HOST_WAKE"):  # nodeflow_run's own defaults, as `make run` gets them
+        stack.env.pop(name, None)
     return Shape("makeRun", "Node Flow, make run (nodeflow_run)", stack)

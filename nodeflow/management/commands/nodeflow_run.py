@@ -8,6 +8,12 @@ answered without the 40 ms Nagle/delayed-ACK stall Django's development
 server had on every kept-alive request (TCP_NODELAY; headers and body in
 one write), and long-polls that hold one thread each while they wait.
 
+On PostgreSQL a task made ready wakes the long-polls through the host
+(``executions.host_wake``; NODE_FLOW_HOST_WAKE is on here unless set), not
+by a ``NOTIFY`` that this process's listening session and its system-task
+role's would each read in a transaction of its own: the one process is on
+one host by definition.
+
 The first SIGTERM/SIGINT stops it cleanly (the roles finish their tick,
 requests in flight are answered, then it exits); a second exits at once.
 Production runs the roles as separate processes (docs/deployment.md).
@@ -19,6 +25,7 @@ import logging
 import os
 import threading
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.core.servers.basehttp import get_internal_wsgi_application
 from django.db import connections
@@ -51,6 +58,14 @@ def keep_connections(conn_max_age_set: bool) -> None:
         connections.settings["default"]["CONN_MAX_AGE"] = KEEP_CONNECTIONS_S
 
 
+def wake_through_host(host_wake_set: bool) -> None:
+    """Its long-polls are woken through the host (``executions.host_wake``)
+    unless NODE_FLOW_HOST_WAKE says otherwise: set it to false where other
+    server processes of the database run on other hosts (docs/deployment.md)."""
+    if not host_wake_set:
+        settings.NODE_FLOW_HOST_WAKE = True
+
+
 class Command(BaseCommand):
     help = "Run the API and every role in one process (the embedded default)."
 
@@ -66,6 +81,7 @@ class Command(BaseCommand):
         if threads < 1:
             raise CommandError("--threads must be at least 1")
         keep_connections("CONN_MAX_AGE" in os.environ)
+        wake_through_host("NODE_FLOW_HOST_WAKE" in os.environ)
         stop = threading.Event()
         stop_on_signals(stop.set)  # a second signal exits at once
         server = create_server(
