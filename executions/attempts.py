@@ -61,9 +61,21 @@ def _set(task: Task, values: dict[str, Any]) -> None:
 # --- insert -------------------------------------------------------------------
 
 
+# The tasks this service transaction inserted, by id (``lease_own``).
+INSERTED = "attempts.inserted"
+
+
 def insert(tasks: Iterable[Task]) -> None:
     """New task rows (a decision's, or a manual retry's attempts), one statement."""
+    tasks = list(tasks)
     sql.insert(tasks)
+    inserted = transactions.pending(INSERTED, _forget)
+    if inserted is not None:
+        inserted.update((task.id, task) for task in tasks)
+
+
+def _forget(inserted: dict) -> None:
+    """Nothing is sent for them at the transaction's end: the rows are ``sql``'s."""
 
 
 # --- leases -------------------------------------------------------------------------
@@ -110,6 +122,11 @@ def lease_queue(
     token = new_token()
     lease = None
     if connection.vendor == "postgresql" and not controls.is_controlled(namespace_id, queue):
+        if gated and not (park or leave):  # a result's eager next (a sync match leases in the start's pipeline)
+            own = lease_own(namespace_id, queue, worker_id, count, token, clock.now())
+            if own:
+                notify.leased(namespace_id, queue, len(own))
+                return Lease(own)
         tasks, controlled = lease_fast(namespace_id, queue, worker_id, count, token, clock.now(), park, leave)
         lease = None if controlled else Lease(tasks)
     if lease is None and not gated and connection.vendor == "postgresql":
@@ -119,6 +136,73 @@ def lease_queue(
     if lease.tasks:
         notify.leased(namespace_id, queue, len(lease.tasks))
     return lease
+
+
+# What a lease sets on a task row (``_lease_set``), and what ``lease_own`` restores.
+_LEASED_BY = ("status", "started_at", "worker_id", "lease_token", "lease_expires_at", "last_heartbeat_at", "deliveries")
+
+
+def lease_own(namespace_id: int, queue: str, worker_id: str, count: int, token: str, now: dt.datetime) -> list[Task]:
+    """Lease the queue's tasks that this service transaction made ready, if
+    they are the only ready tasks of the queue, without leasing them after
+    their insert: their rows, still held (``sql.holds``), are inserted
+    already leased, in one statement with a look at the queue (PostgreSQL,
+    outside a pipeline). A result whose ``next`` asks for the step its
+    decision just made (eager dispatch) takes no lease statement, and its
+    row is written once. The look, which does not see the rows it inserts,
+    finds whether the queue's definition has controls and whether any
+    other task of the queue is ready; if either, the rows are put back as
+    they were (in the same transaction, unseen by any other) and []: the
+    caller leases as before, through the gate or in order. So the order of
+    the queue and every control hold as for any lease."""
+    inserted = transactions.pending(INSERTED, _forget)
+    if not inserted or transactions.pipelined():
+        return []
+    own = sorted(
+        (
+            task
+            for task in inserted.values()
+            if task.namespace_id == namespace_id
+            and task.queue == queue
+            and task.kind != "system"
+            and task.status == TaskStatus.SCHEDULED
+            and not task.held
+            and task.available_at <= now
+        ),
+        key=lambda task: (-task.priority, task.available_at, task.seq),
+    )[:count]
+    if not own or not sql.holds(own):
+        return []
+    before = [{name: getattr(task, name) for name in _LEASED_BY} for task in own]
+    for task in own:
+        task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
+        task.lease_token, task.last_heartbeat_at = token, now
+        task.lease_expires_at = now + dt.timedelta(seconds=task.lease_seconds)
+        task.deliveries += 1
+    look = (_own_look_sql(), [namespace_id, queue, namespace_id, queue, now])
+    controlled, others = sql.send_held_reading(look, own)
+    for task in own:
+        del inserted[task.id]
+    if not controlled and not others:
+        return own
+    for task, values in zip(own, before, strict=True):
+        for name, value in values.items():
+            setattr(task, name, value)
+        sql.update(Task, values=values, where={"id": task.id})
+    return []
+
+
+@functools.cache
+def _own_look_sql() -> str:
+    """``lease_own``'s look, a select list after the rows it inserts: the
+    queue's controls (as ``_lease_fast_sql`` counts them) and whether any
+    other task of it is ready (``_READY``'s condition, locked or not)."""
+    return f"""
+       (SELECT count(*) FROM metadata_taskdefinition AS d
+         WHERE d.namespace_id = %s AND d.name = %s AND {_has_controls("d")}) AS controlled,
+       EXISTS (SELECT 1 FROM executions_task
+                WHERE namespace_id = %s AND queue = %s AND status = 'SCHEDULED' AND NOT held
+                  AND available_at <= %s) AS others"""
 
 
 def lease_gated(pick: Pick, worker_id: str, count: int, token: str, *, park: str = "", leave: str = "") -> Lease:

@@ -547,10 +547,10 @@ def _send_held_first(execute, statement, params, many, context):
     return execute(statement, params, many, context)
 
 
-def _send_held(held: Held, then: tuple[str, list] = ("", [])) -> None:
+def _send_held(held: Held, then: tuple[str, list] = ("", []), *, read: bool = False) -> tuple | None:
     rows = dict(held)
     held.clear()  # sent, or failed: either way no longer held
-    _send_rows(rows, then)
+    return _send_rows(rows, then, read=read)
 
 
 def _close_held(held: Held) -> None:
@@ -577,11 +577,60 @@ def _limit() -> int:
     return min(MAX_STATEMENT_PARAMETERS, _db().features.max_query_params or MAX_STATEMENT_PARAMETERS)
 
 
-def _send_rows(rows: Held, then: tuple[str, list] = ("", [])) -> None:
+def holds(objs: Sequence[models.Model]) -> bool:
+    """Whether the rows of ``objs`` (instances of one model, inserted in
+    this service transaction) are all still held, not sent."""
+    held = _held_now()
+    if not held or not objs or type(objs[0]) not in held:
+        return False
+    position, save = _pk_saver(type(objs[0]))
+    db = _db()
+    wanted = {save(obj.pk, db) for obj in objs}
+    return wanted <= {row[position] for row in held[type(objs[0])]}
+
+
+def send_held_reading(then: tuple[str, list], resave: Sequence[models.Model]) -> tuple:
+    """Send every row held now in as few statements as ``insert`` would,
+    the rows of ``resave`` (held, ``holds``) saved again from their
+    instances first, the last statement selecting ``then`` (a select list
+    and its parameters, which do not see the rows it inserts): its row."""
+    held = _held_now()
+    assert held is not None and holds(resave), "send_held_reading: the rows are not held"
+    model = type(resave[0])
+    position, save = _pk_saver(model)
+    db = _db()
+    again = {save(obj.pk, db): obj for obj in resave}
+    savers = _row_savers(model)
+    held[model] = [
+        row if row[position] not in again else [s(get(again[row[position]]), db) for get, s in savers]
+        for row in held[model]
+    ]
+    found = _send_held(held, then, read=True)
+    assert found is not None
+    return found
+
+
+def _held_now() -> Held | None:
+    """This service transaction's held rows (None outside one, or on SQLite)."""
+    if _db().vendor != "postgresql" or not transactions.active():
+        return None
+    return transactions.pending(HELD, _close_held, last=True)
+
+
+@_cached
+def _pk_saver(model: type[models.Model]) -> tuple[int, Saver]:
+    """Where the primary key is in a held row, and its ``saver``."""
+    position = next(i for i, field in enumerate(model._meta.concrete_fields) if field.primary_key)
+    return position, _row_savers(model)[position][1]
+
+
+def _send_rows(rows: Held, then: tuple[str, list] = ("", []), *, read: bool = False) -> tuple | None:
     """Insert ``rows`` (model → each row's values, in column order): one
     statement, or as few as keep each within ``MAX_STATEMENT_PARAMETERS``
     (and the database's own limit); the last one ends with ``then``'s
-    select list and its parameters (``_insert_statement``)."""
+    select list and its parameters (``_insert_statement``), whose row it
+    returns with ``read`` (in a pipeline, reading it would end the pipeline's
+    round trip: ``_close_held`` does not)."""
     limit = _limit()
     shape: list[tuple[type[models.Model], int]] = []
     params: list[Any] = []
@@ -596,14 +645,18 @@ def _send_rows(rows: Held, then: tuple[str, list] = ("", [])) -> None:
             shape.append((model, len(piece)))
             for row in piece:
                 params += row
-    if shape:
-        calls, call_params = then
-        _execute_insert(shape, params + call_params, then=calls)
+    if not shape:
+        return None
+    calls, call_params = then
+    return _execute_insert(shape, params + call_params, then=calls, read=read)
 
 
-def _execute_insert(shape: Sequence[tuple[type[models.Model], int]], params: list[Any], *, then: str = "") -> None:
+def _execute_insert(
+    shape: Sequence[tuple[type[models.Model], int]], params: list[Any], *, then: str = "", read: bool = False
+) -> tuple | None:
     with cursor() as bound:
         bound.execute(_insert_statement(tuple(shape), then), params)
+        return bound.fetchone() if read else None
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from executions.models import Task
+from metadata.models import TaskDefinition
 from tests.controls_helpers import fill
 from tests.engine_helpers import (
     complete,
@@ -166,3 +167,67 @@ def test_a_human_completion_cannot_lease(api, make_key):
     task_id = task_at(execution(api, started["id"]), "ok")["taskId"]
     answer = api.post(f"tasks/{task_id}/result", {"status": "COMPLETED", "next": NEXT})
     assert answer.status_code == 400 and answer.json()["field"] == "next"
+
+
+# --- the step a result made, leased as it is inserted (attempts.lease_own) ------
+
+
+def _unleased(task: Task) -> bool:
+    return (task.status, task.deliveries, task.worker_id, task.lease_token, task.started_at) == (
+        "SCHEDULED",
+        0,
+        "",
+        None,
+        None,
+    )
+
+
+def test_the_step_a_result_made_is_leased_as_it_is_inserted(api):
+    """Its row is written once, already leased (PostgreSQL: no lease
+    statement follows its insert; tests/test_hot_path.py counts them), with
+    what a lease writes."""
+    register(api, "pair", simple("a", "step"), simple("b", "step"))
+    start(api, "pair")
+    (leased,) = report(api, poll_one(api, "step"), next=NEXT).json()["next"]
+    row = Task.objects.get(pk=leased["taskId"])
+    assert (row.status, row.deliveries, row.worker_id, row.lease_token) == (
+        "IN_PROGRESS",
+        1,
+        "w1",
+        leased["leaseToken"],
+    )
+    assert row.started_at == row.last_heartbeat_at
+    assert (row.lease_expires_at - row.started_at).total_seconds() == row.lease_seconds
+    assert report(api, leased).status_code == 200
+
+
+def test_an_older_ready_task_of_the_queue_is_leased_before_the_step_a_result_made(api):
+    register(api, "pair", simple("a", "step"), simple("b", "step"))
+    start(api, "pair")
+    first = poll_one(api, "step")
+    (older,) = fill(api, "step", 1)
+    (leased,) = report(api, first, next=NEXT).json()["next"]
+    assert leased["executionId"] == older
+    (made,) = Task.objects.filter(ref="b")
+    assert _unleased(made), made.__dict__
+    assert poll_one(api, "step")["taskId"] == str(made.id)
+
+
+def test_a_control_set_by_another_process_holds_on_the_step_a_result_made(api):
+    """The cap was set where this process did not see it (its hint says the
+    queue has no controls): the look that goes with the step's insert finds
+    it, the step is put back as it was and leased through the gate, which
+    the cap refuses."""
+    register(api, "pair", simple("a", "capped"), simple("b", "capped"))
+    start(api, "pair")
+    first = poll_one(api, "capped")
+    fill(api, "capped", 1)
+    in_flight = poll_one(api, "capped")
+    TaskDefinition.objects.filter(name="capped").update(concurrent_exec_limit=1)  # no signal: no hint cleared
+    answer = report(api, first, next=NEXT).json()
+    assert answer["next"] == []
+    (made,) = Task.objects.filter(ref="b")
+    assert _unleased(made), made.__dict__
+    assert poll(api, "capped") == []
+    assert report(api, in_flight).status_code == 200
+    assert poll_one(api, "capped")["taskId"] == str(made.id)
