@@ -175,10 +175,7 @@ def lease_own(namespace_id: int, queue: str, worker_id: str, count: int, token: 
         return []
     before = [{name: getattr(task, name) for name in _LEASED_BY} for task in own]
     for task in own:
-        task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
-        task.lease_token, task.last_heartbeat_at = token, now
-        task.lease_expires_at = now + dt.timedelta(seconds=task.lease_seconds)
-        task.deliveries += 1
+        _mark_leased(task, worker_id, token, now, task.lease_seconds)
     look = (_own_look_sql(), [namespace_id, queue, namespace_id, queue, now])
     controlled, others = sql.send_held_reading(look, own)
     for task in own:
@@ -190,6 +187,14 @@ def lease_own(namespace_id: int, queue: str, worker_id: str, count: int, token: 
             setattr(task, name, value)
         sql.update(Task, values=values, where={"id": task.id})
     return []
+
+
+def _mark_leased(task: Task, worker_id: str, token: str, now: dt.datetime, seconds: float) -> None:
+    """What a lease writes (``_LEASED_BY``), on the instance."""
+    task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
+    task.lease_token, task.last_heartbeat_at = token, now
+    task.lease_expires_at = now + dt.timedelta(seconds=seconds)
+    task.deliveries += 1
 
 
 @functools.cache
@@ -236,10 +241,7 @@ def _lease_rows(pick: Pick, worker_id: str, count: int, token: str, now: dt.date
     for task in tasks:
         seconds = capped_seconds(task.lease_seconds, cap_s)
         by_length.setdefault(seconds, []).append(task.id)
-        task.status, task.started_at, task.worker_id = TaskStatus.IN_PROGRESS, now, worker_id
-        task.lease_token, task.last_heartbeat_at = token, now
-        task.lease_expires_at = now + dt.timedelta(seconds=seconds)
-        task.deliveries += 1
+        _mark_leased(task, worker_id, token, now, seconds)
     # One UPDATE per distinct lease length (almost always one).
     for seconds, ids in by_length.items():
         Task.objects.filter(pk__in=ids).update(

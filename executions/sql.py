@@ -491,7 +491,7 @@ def insert(objs: Iterable[models.Model]) -> None:
     savers = _row_savers(model)
     db = _db()
     rows = [[save(get(obj), db) for get, save in savers] for obj in objs]
-    held = _held(db)
+    held = _held()
     if held is None:
         _send_rows({model: rows})
     else:
@@ -527,13 +527,12 @@ _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT"
 Held = dict[type[models.Model], list[list[Any]]]
 
 
-def _held(db) -> Held | None:
+def _held() -> Held | None:
     """This service transaction's held rows by model (None: send at once).
     The first time, the connection is set to send them before its next statement."""
-    if db.vendor != "postgresql" or not transactions.active():
-        return None
-    held = transactions.pending(HELD, _close_held, last=True)
-    transactions.wrap_statements(_send_held_first)
+    held = _held_now()
+    if held is not None:
+        transactions.wrap_statements(_send_held_first)
     return held
 
 
@@ -595,7 +594,7 @@ def send_held_reading(then: tuple[str, list], resave: Sequence[models.Model]) ->
     instances first, the last statement selecting ``then`` (a select list
     and its parameters, which do not see the rows it inserts): its row."""
     held = _held_now()
-    assert held is not None and holds(resave), "send_held_reading: the rows are not held"
+    assert held is not None, "send_held_reading: outside a service transaction"
     model = type(resave[0])
     position, save = _pk_saver(model)
     db = _db()
